@@ -1,0 +1,29 @@
+# ferrox: the commands a user and CI need. Every target installs what it needs first.
+BUILD_DIR ?= build
+PRESET ?= release
+JOBS ?= $(shell nproc)
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+PROMPT ?= What is the capital of France?
+
+.PHONY: all setup build model test run clean format
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake --preset $(PRESET) > /dev/null
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+model: setup
+	@bash scripts/fetch_model.sh
+
+test: build model
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+run: build model
+	@$(BUILD_DIR)/bin/ferrox run -m $(MODEL) --chat -p "$(PROMPT)" -n 64 --temp 0
+
+clean:
+	rm -rf build build-debug build-asan

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what ferrox needs to build and test, on a fresh Debian 12 machine. Idempotent:
+# packages already present are not touched, so a second run costs a second.
+set -euo pipefail
+
+APT_PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config make
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev nlohmann-json3-dev libxxhash-dev
+  python3 python3-pip unzip
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,88 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace ferrox {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+constexpr int kSpinIterations = 1 << 14;
+}  // namespace
+
+int hardware_threads() {
+    unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : static_cast<int>(n);
+}
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+    workers_.reserve(n_threads_ - 1);
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    stop_.store(true, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run(Job job, void* ctx) {
+    if (n_threads_ == 1) {
+        job(ctx, 0, 1);
+        return;
+    }
+    job_ = job;
+    ctx_ = ctx;
+    n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    job(ctx, 0, n_threads_);
+    int spins = 0;
+    while (n_pending_.load(std::memory_order_acquire) != 0) {
+        if (++spins < kSpinIterations) {
+            cpu_relax();
+        } else {
+            std::this_thread::yield();
+        }
+    }
+}
+
+void ThreadPool::worker_main(int i_thread) {
+    uint32_t seen = generation_.load(std::memory_order_acquire);
+    for (;;) {
+        int spins = 0;
+        uint32_t g;
+        while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+            if (++spins < kSpinIterations) {
+                cpu_relax();
+            } else {
+                generation_.wait(seen, std::memory_order_acquire);
+            }
+        }
+        seen = g;
+        if (stop_.load(std::memory_order_acquire)) return;
+        job_(ctx_, i_thread, n_threads_);
+        n_pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+}
+
+void ThreadPool::split(int64_t n, int i_thread, int n_threads, int64_t align, int64_t* begin,
+                       int64_t* end) {
+    int64_t n_units = (n + align - 1) / align;
+    int64_t per = n_units / n_threads;
+    int64_t rem = n_units % n_threads;
+    int64_t b = i_thread * per + std::min<int64_t>(i_thread, rem);
+    int64_t e = b + per + (i_thread < rem ? 1 : 0);
+    *begin = std::min(n, b * align);
+    *end = std::min(n, e * align);
+}
+
+}  // namespace ferrox

@@ -1,0 +1,57 @@
+#pragma once
+// A persistent pool of worker threads for the forward pass. The calling thread takes part
+// as worker 0, so a pool of n threads creates n-1 OS threads, once, at construction.
+//
+// Threading: run() may be called from one thread at a time (the engine thread). Workers spin
+// briefly after each job before sleeping, so the back-to-back ops of a forward pass do not
+// pay a futex wake each.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ferrox {
+
+class ThreadPool {
+public:
+    // Job body: (i_thread, n_threads). Each thread picks its own share of the work.
+    using Job = void (*)(void* ctx, int i_thread, int n_threads);
+
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int n_threads() const { return n_threads_; }
+
+    // Runs job(ctx, i, n) on every thread i in [0, n) and returns when all are done.
+    void run(Job job, void* ctx);
+
+    // Convenience: any callable taking (i_thread, n_threads).
+    template <typename F>
+    void run(F&& f) {
+        run([](void* c, int i, int n) { (*static_cast<F*>(c))(i, n); },
+            const_cast<void*>(static_cast<const void*>(&f)));
+    }
+
+    // Splits [0, n) into contiguous chunks, one per thread, each a multiple of `align`.
+    static void split(int64_t n, int i_thread, int n_threads, int64_t align, int64_t* begin,
+                      int64_t* end);
+
+private:
+    void worker_main(int i_thread);
+
+    int n_threads_;
+    std::vector<std::thread> workers_;
+    Job job_ = nullptr;
+    void* ctx_ = nullptr;
+    std::atomic<uint32_t> generation_{0};
+    std::atomic<int> n_pending_{0};
+    std::atomic<bool> stop_{false};
+};
+
+int hardware_threads();
+
+}  // namespace ferrox

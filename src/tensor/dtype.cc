@@ -1,0 +1,40 @@
+#include "tensor/dtype.h"
+
+#include "core/check.h"
+
+namespace ferrox {
+
+namespace {
+constexpr DTypeInfo kInfos[] = {
+    {DType::kF32, "f32", 1, 4, false},
+    {DType::kF16, "f16", 1, 2, false},
+    {DType::kQ4_0, "q4_0", 32, 18, true},
+    {DType::kQ4_1, "q4_1", 32, 20, true},
+    {DType::kQ5_0, "q5_0", 32, 22, true},
+    {DType::kQ5_1, "q5_1", 32, 24, true},
+    {DType::kQ8_0, "q8_0", 32, 34, true},
+    {DType::kQ8_1, "q8_1", 32, 36, true},
+    {DType::kQ4_K, "q4_K", 256, 144, true},
+    {DType::kQ5_K, "q5_K", 256, 176, true},
+    {DType::kQ6_K, "q6_K", 256, 210, true},
+    {DType::kQ8_K, "q8_K", 256, 292, true},
+    {DType::kBF16, "bf16", 1, 2, false},
+};
+}  // namespace
+
+std::optional<DTypeInfo> dtype_info(uint32_t ggml_type) {
+    for (const auto& i : kInfos)
+        if (static_cast<uint32_t>(i.type) == ggml_type) return i;
+    return std::nullopt;
+}
+
+const DTypeInfo& dtype_info(DType type) {
+    for (const auto& i : kInfos)
+        if (i.type == type) return i;
+    CHECK_MSG(false, "unknown DType");
+    __builtin_unreachable();
+}
+
+std::string_view dtype_name(DType type) { return dtype_info(type).name; }
+
+}  // namespace ferrox
