@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -15,6 +19,17 @@ inline void cpu_relax() {
 #endif
 }
 constexpr int kSpinIterations = 1 << 14;
+
+// Raw futex on the generation word: the pool needs exactly these two calls, and a direct
+// syscall keeps the sleep/wake cost visible in profiles (no waiter-table indirection).
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+            nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* word) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+            nullptr, 0);
+}
 }  // namespace
 
 int hardware_threads() {
@@ -30,7 +45,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
     stop_.store(true, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+    futex_wake_all(&generation_);
     for (auto& t : workers_) t.join();
 }
 
@@ -43,7 +58,7 @@ void ThreadPool::run(Job job, void* ctx) {
     ctx_ = ctx;
     n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+    futex_wake_all(&generation_);
     job(ctx, 0, n_threads_);
     int spins = 0;
     while (n_pending_.load(std::memory_order_acquire) != 0) {
@@ -56,7 +71,9 @@ void ThreadPool::run(Job job, void* ctx) {
 }
 
 void ThreadPool::worker_main(int i_thread) {
-    uint32_t seen = generation_.load(std::memory_order_acquire);
+    // Generation 0 is the constructor's: a worker must not read the counter at start-up, or a
+    // run() issued before the thread was scheduled would be mistaken for an old one.
+    uint32_t seen = 0;
     for (;;) {
         int spins = 0;
         uint32_t g;
@@ -64,7 +81,7 @@ void ThreadPool::worker_main(int i_thread) {
             if (++spins < kSpinIterations) {
                 cpu_relax();
             } else {
-                generation_.wait(seen, std::memory_order_acquire);
+                futex_wait(&generation_, seen);
             }
         }
         seen = g;

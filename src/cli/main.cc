@@ -1,0 +1,251 @@
+// ferrox: the command-line front end. `ferrox run` generates from a prompt, `ferrox tokenize`
+// prints token ids. Errors are one line on stderr and a non-zero exit.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "chat/builtin_format.h"
+#include "cli/args.h"
+#include "core/log.h"
+#include "core/mmap_file.h"
+#include "engine/generate.h"
+#include "engine/tokenizer_gguf.h"
+#include "loader/gguf.h"
+#include "kernels/quants.h"
+#include "model/model.h"
+#include "tokenizer/incremental_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox::cli {
+namespace {
+
+const std::vector<FlagSpec> kRunFlags = {
+    {{"-m", "--model"}, true, "model file (GGUF)"},
+    {{"-p", "--prompt"}, true, "prompt text"},
+    {{"-f", "--file"}, true, "read the prompt from a file"},
+    {{"-n", "--n-predict"}, true, "tokens to generate (default 128; -1: until end)"},
+    {{"-c", "--ctx-size"}, true, "context size (default: the model's, at most 4096)"},
+    {{"-t", "--threads"}, true, "threads (default: all cores)"},
+    {{"--temp"}, true, "temperature (default 0.8; 0: greedy)"},
+    {{"--top-k"}, true, "top-k (default 40; 0: off)"},
+    {{"--top-p"}, true, "top-p (default 0.95; 1: off)"},
+    {{"--min-p"}, true, "min-p (default 0.05; 0: off)"},
+    {{"--repeat-penalty"}, true, "repetition penalty (default 1.0: off)"},
+    {{"--repeat-last-n"}, true, "window of the penalties (default 64)"},
+    {{"--presence-penalty"}, true, "presence penalty (default 0)"},
+    {{"--frequency-penalty"}, true, "frequency penalty (default 0)"},
+    {{"--seed", "-s"}, true, "sampling seed"},
+    {{"--chat"}, false, "wrap the prompt as one user turn in the model's chat format"},
+    {{"--ids"}, false, "print generated token ids instead of text"},
+    {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
+    {{"-h", "--help"}, false, "this help"},
+};
+
+const std::vector<FlagSpec> kTokenizeFlags = {
+    {{"-m", "--model"}, true, "GGUF file (weights or vocab only) or tokenizer.json"},
+    {{"-p", "--prompt"}, true, "text"},
+    {{"-f", "--file"}, true, "read the text from a file, exactly"},
+    {{"--bos"}, false, "add BOS when the vocabulary adds one by default"},
+    {{"--no-parse-special"}, false, "treat special-token text as plain text"},
+    {{"-h", "--help"}, false, "this help"},
+};
+
+int fail(const Status& s) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 1;
+}
+
+Expected<std::string> prompt_text(const Args& a) {
+    if (auto f = a.get("-f")) return read_file(*f);
+    if (auto p = a.get("-p")) return *p;
+    return invalid_argument("no prompt: give -p TEXT or -f FILE");
+}
+
+Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
+                                                    std::unique_ptr<GgufFile>* gguf_out) {
+    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+        // tokenizer_config.json beside it says whether BOS is added.
+        std::string config = path.substr(0, path.find_last_of('/') + 1) + "tokenizer_config.json";
+        if (FILE* f = std::fopen(config.c_str(), "rb")) {
+            std::fclose(f);
+        } else {
+            config.clear();
+        }
+        return Tokenizer::from_hf_json(path, config);
+    }
+    FERROX_ASSIGN_OR_RETURN(auto g, GgufFile::open(path));
+    FERROX_ASSIGN_OR_RETURN(VocabSpec spec, vocab_from_gguf(*g));
+    auto tok = Tokenizer::create(std::move(spec));
+    if (!tok.has_value()) return Status(tok.status().code(), path + ": " + tok.status().message());
+    if (gguf_out) *gguf_out = std::move(g);
+    return tok;
+}
+
+int cmd_tokenize(int argc, char** argv) {
+    auto args = Args::parse(argc, argv, 2, kTokenizeFlags);
+    if (!args.has_value()) return fail(args.status());
+    if (args->has("-h")) {
+        std::printf("usage: ferrox tokenize -m FILE (-p TEXT | -f FILE) [--bos]\n%s", usage(kTokenizeFlags).c_str());
+        return 0;
+    }
+    auto model = args->get("-m");
+    if (!model) return fail(invalid_argument("no model: give -m FILE"));
+    auto text = prompt_text(*args);
+    if (!text.has_value()) return fail(text.status());
+    auto tok = load_tokenizer(*model, nullptr);
+    if (!tok.has_value()) return fail(tok.status());
+    const bool add_special = args->has("--bos");
+    auto ids = (*tok)->encode(*text, add_special, !args->has("--no-parse-special"));
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+    std::printf("%s\n", line.c_str());
+    return 0;
+}
+
+int cmd_run(int argc, char** argv) {
+    auto args = Args::parse(argc, argv, 2, kRunFlags);
+    if (!args.has_value()) return fail(args.status());
+    if (args->has("-h")) {
+        std::printf("usage: ferrox run -m MODEL -p PROMPT [options]\n%s", usage(kRunFlags).c_str());
+        return 0;
+    }
+    auto model_path = args->get("-m");
+    if (!model_path) return fail(invalid_argument("no model: give -m MODEL"));
+    auto text = prompt_text(*args);
+    if (!text.has_value()) return fail(text.status());
+
+    GenerateOptions gen;
+    SamplingParams& sp = gen.sampling;
+    auto n_predict = args->get_int("-n", 128);
+    auto n_ctx = args->get_int("-c", 0);
+    auto n_threads = args->get_int("-t", 0);
+    auto temp = args->get_float("--temp", sp.temperature);
+    auto top_k = args->get_int("--top-k", sp.top_k);
+    auto top_p = args->get_float("--top-p", sp.top_p);
+    auto min_p = args->get_float("--min-p", sp.min_p);
+    auto rep = args->get_float("--repeat-penalty", sp.repeat_penalty);
+    auto rep_n = args->get_int("--repeat-last-n", sp.penalty_last_n);
+    auto pres = args->get_float("--presence-penalty", sp.presence_penalty);
+    auto freq = args->get_float("--frequency-penalty", sp.frequency_penalty);
+    auto seed = args->get_u64("--seed", sp.seed);
+    for (const Status* s : {n_predict.has_value() ? nullptr : &n_predict.status(),
+                            n_ctx.has_value() ? nullptr : &n_ctx.status(),
+                            n_threads.has_value() ? nullptr : &n_threads.status(),
+                            temp.has_value() ? nullptr : &temp.status(),
+                            top_k.has_value() ? nullptr : &top_k.status(),
+                            top_p.has_value() ? nullptr : &top_p.status(),
+                            min_p.has_value() ? nullptr : &min_p.status(),
+                            rep.has_value() ? nullptr : &rep.status(),
+                            rep_n.has_value() ? nullptr : &rep_n.status(),
+                            pres.has_value() ? nullptr : &pres.status(),
+                            freq.has_value() ? nullptr : &freq.status(),
+                            seed.has_value() ? nullptr : &seed.status()}) {
+        if (s) return fail(*s);
+    }
+    if (*n_threads < 0 || *n_ctx < 0) return fail(invalid_argument("-t and -c must be >= 0"));
+    gen.n_predict = *n_predict;
+    sp.temperature = *temp;
+    sp.top_k = *top_k;
+    sp.top_p = *top_p;
+    sp.min_p = *min_p;
+    sp.repeat_penalty = *rep;
+    sp.penalty_last_n = *rep_n;
+    sp.presence_penalty = *pres;
+    sp.frequency_penalty = *freq;
+    sp.seed = *seed;
+
+    auto t_load = std::chrono::steady_clock::now();
+    std::unique_ptr<GgufFile> gguf;
+    auto tok = load_tokenizer(*model_path, &gguf);
+    if (!tok.has_value()) return fail(tok.status());
+    if (!gguf) return fail(invalid_argument(*model_path + ": not a GGUF model"));
+
+    std::string prompt = *text;
+    if (args->has("--chat")) {
+        auto tmpl = gguf->get_string("tokenizer.chat_template");
+        std::optional<BuiltinChatFormat> fmt;
+        if (tmpl.has_value() && tmpl->has_value()) fmt = detect_chat_format(**tmpl);
+        if (!fmt) fmt = BuiltinChatFormat::kChatML;
+        prompt = format_single_user_turn(*fmt, prompt);
+    }
+    std::vector<int32_t> ids = (*tok)->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+    if (ids.empty()) return fail(invalid_argument("the prompt is empty after tokenization"));
+
+    ModelOptions mo;
+    mo.n_threads = *n_threads;
+    auto hp_ctx = gguf->get_int(gguf->get_string("general.architecture").value().value_or("") + ".context_length");
+    int ctx = *n_ctx > 0 ? *n_ctx : std::min<int>(4096, hp_ctx.has_value() && hp_ctx->has_value() ? static_cast<int>(**hp_ctx) : 4096);
+    if (static_cast<int>(ids.size()) >= ctx) {
+        return fail(invalid_argument("prompt of " + std::to_string(ids.size()) +
+                                     " tokens does not fit the context of " + std::to_string(ctx)));
+    }
+    mo.max_ctx = ctx;
+    auto model = Model::load(*gguf, mo);
+    if (!model.has_value()) return fail(model.status());
+    constexpr int kBlock = 64;
+    KvPool kv((*model)->kv_geometry(kBlock), (ctx + kBlock - 1) / kBlock);
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+
+    const bool print_ids = args->has("--ids");
+    IncrementalDecoder dec(**tok);
+    bool first = true;
+    const Tokenizer& tk = **tok;
+    auto on_token = [&](int32_t id) {
+        if (print_ids) {
+            std::printf(first ? "%d" : " %d", id);
+            first = false;
+        } else if (!tk.is_eog(id)) {
+            std::string piece = dec.push(id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+        }
+        std::fflush(stdout);
+        return true;
+    };
+    auto is_eog = [&](int32_t id) { return tk.is_eog(id); };
+    auto st = generate(**model, kv, ids, gen, on_token, is_eog);
+    if (!st.has_value()) return fail(st.status());
+    if (!print_ids) {
+        std::string rest = dec.flush();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+
+    const int n_decode = std::max(0, st->n_gen - 1);
+    std::fprintf(stderr, "\nferrox: load time = %10.2f ms\n", load_ms);
+    std::fprintf(stderr, "ferrox: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+                 st->prompt_ms, st->n_prompt, st->prompt_ms / std::max(1, st->n_prompt),
+                 st->n_prompt * 1000.0 / std::max(1e-9, st->prompt_ms));
+    std::fprintf(stderr, "ferrox:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+                 st->gen_ms, n_decode, st->gen_ms / std::max(1, n_decode),
+                 n_decode * 1000.0 / std::max(1e-9, st->gen_ms));
+    std::fprintf(stderr, "ferrox: threads = %d, kernels = %s\n", (*model)->n_threads(), kernels_isa_name());
+    return 0;
+}
+
+void print_usage() {
+    std::printf(
+        "usage: ferrox <command> [options]\n"
+        "  run       generate text from a prompt (ferrox run -h)\n"
+        "  tokenize  print the token ids of a text (ferrox tokenize -h)\n");
+}
+
+}  // namespace
+}  // namespace ferrox::cli
+
+int main(int argc, char** argv) {
+    using namespace ferrox::cli;
+    if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+        print_usage();
+        return argc < 2 ? 1 : 0;
+    }
+    const std::string cmd = argv[1];
+    if (cmd == "run") return cmd_run(argc, argv);
+    if (cmd == "tokenize") return cmd_tokenize(argc, argv);
+    std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
+    print_usage();
+    return 1;
+}

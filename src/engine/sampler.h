@@ -1,0 +1,56 @@
+#pragma once
+// Token sampling: logit bias, repetition/presence/frequency penalties over the last n tokens,
+// then top-k, top-p, min-p, temperature and a seeded draw, in llama.cpp's order. A
+// temperature <= 0 is greedy (argmax after bias and penalties). The same seed, parameters and
+// logits give the same tokens on every run.
+//
+// Threading: one Sampler per sequence, used by the engine thread only. Buffers are sized at
+// construction; sample() does not allocate.
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace ferrox {
+
+struct SamplingParams {
+    float temperature = 0.8f;
+    int top_k = 40;          // <= 0: off
+    float top_p = 0.95f;     // >= 1: off
+    float min_p = 0.05f;     // <= 0: off
+    float repeat_penalty = 1.0f;  // 1: off (llama.cpp's repeat_penalty)
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    int penalty_last_n = 64;  // window of past tokens the penalties look at; -1: all
+    std::vector<std::pair<int32_t, float>> logit_bias;  // token id, added logit (-inf bans)
+    uint64_t seed = 0xFE770C5;
+};
+
+class Sampler {
+public:
+    Sampler(const SamplingParams& params, int n_vocab);
+
+    // Picks the next token from `logits` (n_vocab, modified in place by bias and penalties).
+    // `history` is the sequence so far (prompt and generated); the penalties look at its last
+    // penalty_last_n tokens.
+    int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+
+    // After sample(): the probability the chosen distribution gave the token (1 for greedy).
+    float last_prob() const { return last_prob_; }
+    const SamplingParams& params() const { return params_; }
+
+private:
+    void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
+    double uniform();
+
+    SamplingParams params_;
+    int n_vocab_;
+    std::mt19937_64 rng_;
+    std::vector<std::pair<float, int32_t>> cand_;  // (logit or prob, id)
+    std::vector<int32_t> counts_;                  // occurrences in the penalty window
+    float last_prob_ = 1.0f;
+};
+
+}  // namespace ferrox

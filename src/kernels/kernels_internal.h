@@ -1,0 +1,59 @@
+#pragma once
+// Private to src/kernels: the per-ISA kernel tables and the helpers the ISA files share.
+// Not included by anything outside this folder (tests may, to reach the scalar tables).
+
+#include <cstdint>
+
+#include "kernels/quants.h"
+
+namespace ferrox::detail {
+
+// Weight types in table order. kernel_index() maps a DType into [0, kNumWeightTypes) or -1.
+constexpr int kNumWeightTypes = 11;
+int kernel_index(DType type);
+DType kernel_type_at(int index);
+
+// The f32 ops of ops.h, one table per ISA, selected together with the quant kernels.
+struct OpsKernels {
+    void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, float eps);
+    void (*softmax_inplace)(float* x, int64_t n);
+    void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
+    void (*vec_add)(const float* a, const float* b, float* out, int64_t n);
+    void (*vec_scale)(const float* x, float s, float* out, int64_t n);
+    float (*dot_f32)(const float* a, const float* b, int64_t n);
+    void (*axpy)(float a, const float* x, float* y, int64_t n);
+};
+
+// Each ISA fills a table that starts as a copy of the next lower ISA's table.
+void fill_scalar_quant_kernels(QuantKernels* table);  // kNumWeightTypes entries
+void fill_scalar_ops(OpsKernels* ops);
+// Defined in the AVX2 translation unit (compiled with -mavx2 -mfma -mf16c); only called
+// after cpu_has_avx2() said yes.
+void override_avx2_quant_kernels(QuantKernels* table);
+void override_avx2_ops(OpsKernels* ops);
+
+// The ops table of the selected ISA.
+const OpsKernels& ops_kernels();
+
+// Scalar activation quantizers shared by the ISA files (Q8_K has no SIMD version: ggml's x86
+// code runs the reference too, so bytes match llama.cpp's).
+void quantize_row_q8_k_ref(const float* x, void* y, int64_t n);
+
+// Round to nearest, ties to even (current FP rounding mode, which ferrox never changes), via
+// the 1.5 * 2^23 trick, as ggml's nearest_int. Valid for |f| <= 2^22.
+inline int nearest_int(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    __builtin_memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+// A vec_dot_rows that loops over a vec_dot (direct calls: the function is a template argument).
+template <float (*Dot)(int64_t, const void*, const void*)>
+void vec_dot_rows_loop(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
+                       float* out) {
+    const auto* p = static_cast<const uint8_t*>(w);
+    for (int64_t r = 0; r < n_rows; ++r) out[r] = Dot(n, p + r * w_row_bytes, a);
+}
+
+}  // namespace ferrox::detail

@@ -1,0 +1,85 @@
+// Scalar versions of the ops of ops.h and the public entry points, which call the selected
+// ISA's table (one indirect call per op, never per element).
+
+#include "kernels/ops.h"
+
+#include <cmath>
+
+#include "kernels/kernels_internal.h"
+
+namespace ferrox {
+namespace {
+
+void rms_norm_scalar(const float* x, const float* w, float* y, int64_t n, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+}
+
+void softmax_scalar(float* x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void vec_add_scalar(const float* a, const float* b, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void vec_scale_scalar(const float* x, float s, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
+}
+
+float dot_f32_scalar(const float* a, const float* b, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+namespace detail {
+void fill_scalar_ops(OpsKernels* ops) {
+    *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
+                      vec_scale_scalar, dot_f32_scalar, axpy_scalar};
+}
+}  // namespace detail
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+    detail::ops_kernels().rms_norm(x, w, y, n, eps);
+}
+void softmax_inplace(float* x, int64_t n) { detail::ops_kernels().softmax_inplace(x, n); }
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+    detail::ops_kernels().silu_mul(gate, up, out, n);
+}
+void vec_add(const float* a, const float* b, float* out, int64_t n) {
+    detail::ops_kernels().vec_add(a, b, out, n);
+}
+void vec_scale(const float* x, float s, float* out, int64_t n) {
+    detail::ops_kernels().vec_scale(x, s, out, n);
+}
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return detail::ops_kernels().dot_f32(a, b, n);
+}
+void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
+
+}  // namespace ferrox

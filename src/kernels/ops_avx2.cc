@@ -1,0 +1,149 @@
+// AVX2 + FMA versions of the ops of ops.h. Compiled with -mavx2 -mfma -mf16c; see
+// simd_avx2.h for why this file calls no inline function of external linkage (hence the
+// hand-written scalar tails: no std::exp here, the tails use exp_ps on a padded vector).
+
+#include "kernels/kernels_internal.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "kernels/simd_avx2.h"
+
+namespace ferrox {
+namespace {
+
+// Loads the n < 8 floats at p, the other lanes set to `fill`.
+inline __m256 load_partial(const float* p, int64_t n, float fill) {
+    alignas(32) float buf[8] = {fill, fill, fill, fill, fill, fill, fill, fill};
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+    return _mm256_load_ps(buf);
+}
+
+inline void store_partial(float* p, int64_t n, __m256 v) {
+    alignas(32) float buf[8];
+    _mm256_store_ps(buf, v);
+    for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
+}
+
+// Adds the 8 floats of v to two double accumulators.
+inline void add_pd(__m256 v, __m256d* lo, __m256d* hi) {
+    *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+inline double hsum_pd(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+void rms_norm_avx2(const float* x, const float* w, float* y, int64_t n, float eps) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        add_pd(_mm256_mul_ps(v, v), &lo, &hi);
+    }
+    double sum = hsum_pd(_mm256_add_pd(lo, hi));
+    for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float scale = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps)));
+    const __m256 s = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), _mm256_loadu_ps(w + i)));
+    for (; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+}
+
+void softmax_avx2(float* x, int64_t n) {
+    __m256 vmax = _mm256_set1_ps(-__builtin_inff());
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+    float max = hmax_ps(vmax);
+    for (; i < n; ++i) max = x[i] > max ? x[i] : max;
+    const __m256 m = _mm256_set1_ps(max);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        _mm256_storeu_ps(x + i, e);
+        add_pd(e, &lo, &hi);
+    }
+    if (i < n) {
+        // Padding lanes are -inf: exp gives 0, which adds nothing to the sum.
+        const __m256 e = exp_ps(_mm256_sub_ps(load_partial(x + i, n - i, -__builtin_inff()), m));
+        store_partial(x + i, n - i, e);
+        add_pd(e, &lo, &hi);
+    }
+    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / hsum_pd(_mm256_add_pd(lo, hi))));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
+}
+
+inline __m256 silu_mul8(__m256 g, __m256 u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+}
+
+void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n)
+        store_partial(out + i, n - i,
+                      silu_mul8(load_partial(gate + i, n - i, 0), load_partial(up + i, n - i, 0)));
+}
+
+void vec_add_avx2(const float* a, const float* b, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void vec_scale_avx2(const float* x, float s, float* out, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; ++i) out[i] = x[i] * s;
+}
+
+float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k),
+                                     acc[k]);
+    for (; i + 8 <= n; i += 8)
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+    float sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+namespace detail {
+void override_avx2_ops(OpsKernels* ops) {
+    *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
+                      vec_scale_avx2, dot_f32_avx2, axpy_avx2};
+}
+}  // namespace detail
+
+}  // namespace ferrox
+
+#else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
+namespace ferrox::detail {
+void override_avx2_ops(OpsKernels*) {}
+}  // namespace ferrox::detail
+#endif

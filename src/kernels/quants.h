@@ -1,0 +1,87 @@
+#pragma once
+// Quantized row formats (GGUF/ggml layouts, see quant_blocks.h) and their dot products.
+//
+// A weight matrix row of type W is multiplied with an activation row that was first quantized
+// to vec_dot_type(W), exactly as ggml does it (Q4_0 x Q8_0, Q4_1 x Q8_1, Q4_K x Q8_K, F16 x F16,
+// ...), so ferrox's numerics track llama.cpp's.
+//
+// Two families of entry points:
+//  - *_ref: scalar reference implementations. Always available, slow, the test oracle.
+//  - quant_kernels(W): the table of the fastest kernels for W on this CPU, chosen once at
+//    start-up from CPUID (AVX2+FMA+F16C, else scalar). An ISA's table starts as a copy of the
+//    next lower ISA's and overrides the kernels it speeds up, so adding an AVX-512 (or NEON)
+//    level is one more translation unit and one more entry in the ISA list.
+//
+// Preconditions everywhere: n is a multiple of the block size of the types involved (32 or
+// 256; any n >= 0 for F32/F16/BF16); buffers hold whole rows and do not overlap.
+// Threading: all kernels are pure functions, callable from any thread at the same time.
+// kernels_force_isa() is for tests only and must not race with kernel calls.
+// No kernel allocates.
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace ferrox {
+
+// ---- scalar references -----------------------------------------------------------------
+
+// Any type of DType (weights, activation types, F32/F16/BF16).
+void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
+
+// Any type of DType. The 32-element formats and Q8_K round exactly as ggml's reference
+// quantizers (quantize_row_*_ref in ggml-quants.c), so activation rows are byte-identical to
+// llama.cpp's scalar path. Q4_K/Q5_K/Q6_K use a plain min/max (or abs-max) fit: valid blocks
+// with a documented error bound, but not llama-quantize's error-searching fit, so their bytes
+// differ from a GGUF file's; they exist for tests and tools, not to write model files.
+void quantize_row_ref(DType type, const float* src, void* dst, int64_t n);
+
+// Dot product of one weight row of weight_type with one activation row of
+// vec_dot_type(weight_type). F32/F16/BF16 accumulate in double; quantized types sum integer
+// products per block and scale in float, as ggml's generic C code does.
+float vec_dot_ref(DType weight_type, int64_t n, const void* w, const void* a);
+
+// The activation type a weight type is multiplied with:
+// Q4_0, Q5_0, Q8_0 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q4_K, Q5_K, Q6_K -> Q8_K; F32/F16/BF16 -> same.
+// CHECK-fails for types that are not weight types (Q8_1, Q8_K).
+DType vec_dot_type(DType weight_type);
+
+// True for the types quant_kernels() accepts (all weight types above).
+bool is_weight_type(DType type);
+
+// ---- dispatched kernels --------------------------------------------------------------------
+
+struct QuantKernels {
+    DType type;      // weight type
+    DType act_type;  // == vec_dot_type(type)
+    // Weight row (n elements) -> floats.
+    void (*dequantize_row)(const void* src, float* dst, int64_t n);
+    // Float activations -> act_type. On AVX2, Q8_0/Q8_1 round as ggml's x86 code does
+    // (id = 127/amax, round half to even), which can differ from quantize_row_ref by one step
+    // on exact ties; that is what llama.cpp runs on the same machine.
+    void (*quantize_act_row)(const float* src, void* dst, int64_t n);
+    // One weight row . one activation row (already in act_type).
+    float (*vec_dot)(int64_t n, const void* w, const void* a);
+    // out[r] = dot(weight row r, a) for r in [0, n_rows); row r starts at w + r * w_row_bytes.
+    // For now a loop over vec_dot on every ISA (a multi-row kernel sharing the activation
+    // loads can replace it per type without changing callers).
+    void (*vec_dot_rows)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
+                         const void* a, float* out);
+};
+
+// The kernels for a weight type on the selected ISA. CHECK-fails for unsupported types.
+// A lookup (a few compares): take it once per matmul, not per row.
+const QuantKernels& quant_kernels(DType weight_type);
+
+// "avx2" or "scalar": the ISA whose kernels quant_kernels() and the ops return.
+// Chosen on first use from CPUID; the environment variable FERROX_KERNELS_ISA=scalar|avx2
+// overrides the choice (an unsupported value is ignored with a warning).
+const char* kernels_isa_name();
+
+// For tests: selects "scalar" or "avx2" (CHECK-fails if the CPU lacks it).
+void kernels_force_isa(const char* name);
+
+// AVX2 + FMA + F16C, with OS support for the AVX state.
+bool cpu_has_avx2();
+
+}  // namespace ferrox

@@ -1,0 +1,465 @@
+// AVX2 + FMA + F16C dot products and activation quantizers. Compiled with -mavx2 -mfma
+// -mf16c; reached only through the table that dispatch.cc builds after CPUID said yes.
+// See simd_avx2.h for why this file calls no inline function of external linkage.
+//
+// Integer products use _mm256_maddubs_epi16 (unsigned 8-bit x signed 8-bit, pairs summed to
+// 16 bits with saturation). Every use stays in range: weights are unsigned <= 63, or signed
+// and made unsigned with the sign trick (|-128| = 128 still fits as unsigned); activations are
+// in [-127, 127] (no quantizer makes -128), so a pair sum is at most 2 * 128 * 127 = 32512.
+
+#include "core/check.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/quant_blocks.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "kernels/simd_avx2.h"
+
+namespace ferrox {
+namespace {
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles in bytes 0..15, high ones in 16..31 (the
+// element order of the 32-formats).
+inline __m256i unpack_nibbles(const uint8_t* p) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(15));
+}
+
+// 32 bits (little-endian) -> 32 bytes, 0xFF where the bit is set.
+inline __m256i expand_bits(const uint8_t* p) {
+    uint32_t b;
+    std::memcpy(&b, p, 4);
+    // Byte k of the result takes byte k / 8 of b, then keeps bit k % 8.
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                            0x0202020202020202, 0x0303030303030303);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(b)), shuf);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
+// Sums of 4 adjacent products of unsigned x and signed y bytes, as 8 int32.
+inline __m256i dot_u8i8(__m256i x, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+}
+
+// As dot_u8i8 for signed x: |x| times y with x's sign moved onto y.
+inline __m256i dot_i8i8(__m256i x, __m256i y) {
+    return dot_u8i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// ---- 32-element formats ----
+
+// Sums block(i, acc, &offset) over nb blocks with four independent vector accumulators (and
+// four scalar ones for the offset terms of Q4_1/Q5_1): with one, FMA latency would serialise
+// the loop.
+template <typename F>
+inline float sum_blocks(int64_t nb, F block) {
+    // Unrolled by hand: -O2 does not unroll, and an indexed array would live in memory.
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    float off0 = 0, off1 = 0, off2 = 0, off3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        acc0 = block(i, acc0, &off0);
+        acc1 = block(i + 1, acc1, &off1);
+        acc2 = block(i + 2, acc2, &off2);
+        acc3 = block(i + 3, acc3, &off3);
+    }
+    for (; i < nb; ++i) acc0 = block(i, acc0, &off0);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+    return hsum_ps(sum) + ((off0 + off1) + (off2 + off3));
+}
+
+float dot_q4_0(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK == 0);
+    const auto* x = static_cast<const BlockQ4_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float*) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        const __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        const __m256i p = dot_i8i8(qx, load256(y[i].qs));
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    });
+}
+
+float dot_q4_1(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK == 0);
+    const auto* x = static_cast<const BlockQ4_1*>(w);
+    const auto* y = static_cast<const BlockQ8_1*>(a);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float* off) {
+        *off += f16_to_f32(x[i].m) * f16_to_f32(y[i].s);
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        const __m256i p = dot_u8i8(unpack_nibbles(x[i].qs), load256(y[i].qs));
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    });
+}
+
+float dot_q5_0(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK == 0);
+    const auto* x = static_cast<const BlockQ5_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float*) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        // q - 16 as a signed byte: q itself when the 5th bit is set, else (q & 15) | 0xF0.
+        const __m256i hi = _mm256_andnot_si256(expand_bits(x[i].qh), _mm256_set1_epi8(-16));
+        const __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        const __m256i p = dot_i8i8(qx, load256(y[i].qs));
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    });
+}
+
+float dot_q5_1(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK == 0);
+    const auto* x = static_cast<const BlockQ5_1*>(w);
+    const auto* y = static_cast<const BlockQ8_1*>(a);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float* off) {
+        *off += f16_to_f32(x[i].m) * f16_to_f32(y[i].s);
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        const __m256i hi = _mm256_and_si256(expand_bits(x[i].qh), _mm256_set1_epi8(16));
+        const __m256i qx = _mm256_or_si256(unpack_nibbles(x[i].qs), hi);
+        const __m256i p = dot_u8i8(qx, load256(y[i].qs));
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    });
+}
+
+float dot_q8_0(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK == 0);
+    const auto* x = static_cast<const BlockQ8_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float*) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        const __m256i p = dot_i8i8(load256(x[i].qs), load256(y[i].qs));
+        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    });
+}
+
+// ---- K formats ----
+
+// The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block as 16-bit lanes (0-7 scales, 8-15
+// mins): the unpacking of quant_blocks.h done on the 32-bit words of bytes 0-3, 4-7, 8-11.
+inline __m256i kquant_scales_mins(const uint8_t* s) {
+    uint32_t w0, w1, w2;
+    std::memcpy(&w0, s, 4);
+    std::memcpy(&w1, s + 4, 4);
+    std::memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    const uint32_t m_lo = w1 & 0x3f3f3f3fu;
+    const uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    return _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
+                                               static_cast<int>(m_lo), static_cast<int>(m_hi)));
+}
+
+// sum_j m_j * (bsums[2j] + bsums[2j+1]) as 4 int32 lanes: the min term of a Q4_K/Q5_K block.
+inline __m128i kquant_min_term(__m256i scales_mins, const int16_t* bsums) {
+    const __m256i bs = load256(bsums);
+    const __m128i pairs =
+        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    return _mm_madd_epi16(_mm256_extracti128_si256(scales_mins, 1), pairs);
+}
+
+// A vector of 16-bit lane `idx` of each 128-bit half of v (pshufb picks bytes 2idx, 2idx+1).
+inline __m256i broadcast_lane16(__m256i v, int idx_lo, int idx_hi) {
+    const __m256i shuf = _mm256_set_m128i(
+        _mm_set1_epi16(static_cast<short>(((2 * idx_hi + 1) << 8) | (2 * idx_hi))),
+        _mm_set1_epi16(static_cast<short>(((2 * idx_lo + 1) << 8) | (2 * idx_lo))));
+    return _mm256_shuffle_epi8(v, shuf);
+}
+
+// Chunk c (64 elements) of a Q4_K/Q5_K block: lo/hi are sub-blocks 2c and 2c+1 (unsigned
+// quants), scales the 8 sub-block scales in both halves. Returns sc-weighted sums, 8 x int32.
+inline __m256i kquant_chunk(__m256i lo, __m256i hi, const int8_t* y, __m256i scales, int c) {
+    const __m256i p0 = _mm256_maddubs_epi16(lo, load256(y + 64 * c));
+    const __m256i p1 = _mm256_maddubs_epi16(hi, load256(y + 64 * c + 32));
+    return _mm256_add_epi32(_mm256_madd_epi16(p0, broadcast_lane16(scales, 2 * c, 2 * c)),
+                            _mm256_madd_epi16(p1, broadcast_lane16(scales, 2 * c + 1, 2 * c + 1)));
+}
+
+float dot_q4_k(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK_K == 0);
+    const auto* x = static_cast<const BlockQ4_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    const int64_t nb = n / kQK_K;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const float dmin = y[i].d * f16_to_f32(x[i].dmin);
+        const __m256i sm = kquant_scales_mins(x[i].scales);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kquant_min_term(sm, y[i].bsums)),
+                             acc_m);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        auto chunk = [&](int c) {
+            const __m256i q4 = load256(x[i].qs + 32 * c);
+            return kquant_chunk(_mm256_and_si256(q4, low4),
+                                _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), y[i].qs, scales,
+                                c);
+        };
+        const __m256i sumi = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)),
+                                              _mm256_add_epi32(chunk(2), chunk(3)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return hsum_ps(acc) - _mm_cvtss_f32(acc_m);
+}
+
+float dot_q5_k(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK_K == 0);
+    const auto* x = static_cast<const BlockQ5_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    const int64_t nb = n / kQK_K;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i bit4 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const float dmin = y[i].d * f16_to_f32(x[i].dmin);
+        const __m256i sm = kquant_scales_mins(x[i].scales);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(kquant_min_term(sm, y[i].bsums)),
+                             acc_m);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        // Chunk c uses bits 2c (low nibbles) and 2c+1 (high nibbles) of qh: shifted down by 2c
+        // they are bits 0 and 1 of each byte (the 16-bit shifts only spill into masked bits).
+        const __m256i qh = load256(x[i].qh);
+        auto chunk = [&](int c) {
+            const __m256i q4 = load256(x[i].qs + 32 * c);
+            const __m256i h = _mm256_srli_epi16(qh, 2 * c);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h, 4), bit4));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h, 3), bit4));
+            return kquant_chunk(lo, hi, y[i].qs, scales, c);
+        };
+        const __m256i sumi = _mm256_add_epi32(_mm256_add_epi32(chunk(0), chunk(1)),
+                                              _mm256_add_epi32(chunk(2), chunk(3)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return hsum_ps(acc) - _mm_cvtss_f32(acc_m);
+}
+
+// sum sc * (q - 32) * y = sum sc * q * y - 32 * sum_j sc_j * bsums_j: the products run on the
+// unsigned 6-bit q, the offset comes from the activation's 16-element sums.
+float dot_q6_k(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK_K == 0);
+    const auto* x = static_cast<const BlockQ6_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    const int64_t nb = n / kQK_K;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+        __m256i sumi =
+            _mm256_sub_epi32(_mm256_setzero_si256(),
+                             _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(y[i].bsums)), 5));
+        for (int h = 0; h < 2; ++h) {
+            // Scales of this half in both 128-bit lanes; group k of 32 elements uses scale 2k
+            // for its first 16 (16-bit lanes 0-7) and 2k+1 for the rest (lanes 8-15).
+            const __m256i sch = _mm256_broadcastsi128_si256(
+                h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
+            const __m256i ql0 = load256(x[i].ql + 64 * h);
+            const __m256i ql1 = load256(x[i].ql + 64 * h + 32);
+            const __m256i qh = load256(x[i].qh + 32 * h);
+            const int8_t* yq = y[i].qs + 128 * h;
+            auto group = [&](__m256i q, int k) {
+                const __m256i p = _mm256_maddubs_epi16(q, load256(yq + 32 * k));
+                return _mm256_madd_epi16(p, broadcast_lane16(sch, 2 * k, 2 * k + 1));
+            };
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                               _mm256_and_si256(qh, bits45));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_add_epi32(_mm256_add_epi32(group(q0, 0), group(q1, 1)),
+                                                     _mm256_add_epi32(group(q2, 2), group(q3, 3))));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+// ---- plain floats ----
+
+float dot_f32(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const float*>(w);
+    const auto* y = static_cast<const float*>(a);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k),
+                                     acc[k]);
+    for (; i + 8 <= n; i += 8)
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+    float sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) sum += x[i] * y[i];
+    return sum;
+}
+
+inline __m256 load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+float dot_f16(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const uint16_t*>(w);
+    const auto* y = static_cast<const uint16_t*>(a);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(load_f16(x + i + 8 * k), load_f16(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16(x + i), load_f16(y + i), acc[0]);
+    float sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) sum += f16_to_f32(x[i]) * f16_to_f32(y[i]);
+    return sum;
+}
+
+inline __m256 load_bf16(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+inline float bf16_scalar(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+float dot_bf16(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const uint16_t*>(w);
+    const auto* y = static_cast<const uint16_t*>(a);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(load_bf16(x + i + 8 * k), load_bf16(y + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_bf16(x + i), load_bf16(y + i), acc[0]);
+    float sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; ++i) sum += bf16_scalar(x[i]) * bf16_scalar(y[i]);
+    return sum;
+}
+
+// ---- activation quantizers ----
+
+// Q8_0 / Q8_1 as ggml's x86 code: d = amax / 127 stored as fp16, q = round_half_even(x * (127
+// / amax)), and for Q8_1 s = fp16(d * sum(q)). Returns the 32 quants packed in order.
+inline __m256i quantize_block32(const float* x, float* d_out, int* sum_out) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int k = 0; k < 4; ++k) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    const float max = hmax_ps(amax);
+    *d_out = max / 127.f;
+    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.f / max : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k)
+        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *sum_out =
+        hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    // packs work per 128-bit lane: the bytes come out as dwords 0,2,4,6,1,3,5,7; permute back.
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void quantize_q8_0(const float* x, void* dst, int64_t n) {
+    DCHECK(n % kQK == 0);
+    auto* b = static_cast<BlockQ8_0*>(dst);
+    for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+        float d;
+        int sum;
+        const __m256i q = quantize_block32(x, &d, &sum);
+        b[i].d = f32_to_f16(d);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
+    }
+}
+
+void quantize_q8_1(const float* x, void* dst, int64_t n) {
+    DCHECK(n % kQK == 0);
+    auto* b = static_cast<BlockQ8_1*>(dst);
+    for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+        float d;
+        int sum;
+        const __m256i q = quantize_block32(x, &d, &sum);
+        b[i].d = f32_to_f16(d);
+        b[i].s = f32_to_f16(d * static_cast<float>(sum));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
+    }
+}
+
+void quantize_f16(const float* x, void* dst, int64_t n) {
+    auto* y = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
+void dequantize_f16(const void* src, float* dst, int64_t n) {
+    const auto* x = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16(x + i));
+    for (; i < n; ++i) dst[i] = f16_to_f32(x[i]);
+}
+
+}  // namespace
+
+namespace detail {
+
+void override_avx2_quant_kernels(QuantKernels* table) {
+    auto set = [&](DType type, float (*dot)(int64_t, const void*, const void*),
+                   void (*rows)(int64_t, const void*, int64_t, int64_t, const void*, float*)) {
+        QuantKernels& k = table[kernel_index(type)];
+        k.vec_dot = dot;
+        k.vec_dot_rows = rows;
+        if (k.act_type == DType::kQ8_0) k.quantize_act_row = quantize_q8_0;
+        if (k.act_type == DType::kQ8_1) k.quantize_act_row = quantize_q8_1;
+        if (k.act_type == DType::kF16) k.quantize_act_row = quantize_f16;
+    };
+    set(DType::kF32, dot_f32, vec_dot_rows_loop<dot_f32>);
+    set(DType::kF16, dot_f16, vec_dot_rows_loop<dot_f16>);
+    set(DType::kBF16, dot_bf16, vec_dot_rows_loop<dot_bf16>);
+    set(DType::kQ4_0, dot_q4_0, vec_dot_rows_loop<dot_q4_0>);
+    set(DType::kQ4_1, dot_q4_1, vec_dot_rows_loop<dot_q4_1>);
+    set(DType::kQ5_0, dot_q5_0, vec_dot_rows_loop<dot_q5_0>);
+    set(DType::kQ5_1, dot_q5_1, vec_dot_rows_loop<dot_q5_1>);
+    set(DType::kQ8_0, dot_q8_0, vec_dot_rows_loop<dot_q8_0>);
+    set(DType::kQ4_K, dot_q4_k, vec_dot_rows_loop<dot_q4_k>);
+    set(DType::kQ5_K, dot_q5_k, vec_dot_rows_loop<dot_q5_k>);
+    set(DType::kQ6_K, dot_q6_k, vec_dot_rows_loop<dot_q6_k>);
+    table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
+}
+
+}  // namespace detail
+}  // namespace ferrox
+
+#else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
+namespace ferrox::detail {
+void override_avx2_quant_kernels(QuantKernels*) {}
+}  // namespace ferrox::detail
+#endif

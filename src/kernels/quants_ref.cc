@@ -1,0 +1,685 @@
+// Scalar reference implementations of every format: dequantize, quantize, dot product.
+// Plain loops over the layouts documented in quant_blocks.h; the oracle for the SIMD kernels.
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quants.h"
+#include "tensor/fp16.h"
+
+namespace ferrox {
+namespace {
+
+using detail::nearest_int;
+
+inline float h2f(uint16_t h) { return fp16_to_fp32(h); }
+inline uint16_t f2h(float f) { return fp32_to_fp16(f); }
+
+int64_t n_blocks(int64_t n, int64_t qk) {
+    CHECK_MSG(n % qk == 0, "row length is not a multiple of the block size");
+    return n / qk;
+}
+
+// ---- plain floats ----
+
+void dequant_f32(const void* src, float* dst, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void dequant_f16(const void* src, float* dst, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = h2f(s[i]);
+}
+void dequant_bf16(const void* src, float* dst, int64_t n) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+}
+void quant_f32(const float* src, void* dst, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void quant_f16(const float* src, void* dst, int64_t n) {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f2h(src[i]);
+}
+void quant_bf16(const float* src, void* dst, int64_t n) {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+}
+float dot_f32(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const float*>(w);
+    const auto* y = static_cast<const float*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * y[i];
+    return static_cast<float>(s);
+}
+float dot_f16(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const uint16_t*>(w);
+    const auto* y = static_cast<const uint16_t*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(h2f(x[i])) * h2f(y[i]);
+    return static_cast<float>(s);
+}
+float dot_bf16(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const uint16_t*>(w);
+    const auto* y = static_cast<const uint16_t*>(a);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i)
+        s += static_cast<double>(bf16_to_fp32(x[i])) * bf16_to_fp32(y[i]);
+    return static_cast<float>(s);
+}
+
+// ---- 32-element formats ----
+
+// The element of largest magnitude, with its sign (the first one on ties).
+float signed_absmax(const float* x, int n) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; ++j) {
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+void min_max(const float* x, int n, float* mn, float* mx) {
+    *mn = FLT_MAX;
+    *mx = -FLT_MAX;
+    for (int j = 0; j < n; ++j) {
+        *mn = std::min(*mn, x[j]);
+        *mx = std::max(*mx, x[j]);
+    }
+}
+
+void dequant_q4_0(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ4_0*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < kQK / 2; ++j) {
+            dst[j] = static_cast<float>((b[i].qs[j] & 15) - 8) * d;
+            dst[j + 16] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+// Maps the signed abs-max to -8 (as ggml): q = x / d + 8 truncated after adding 0.5.
+void quant_q4_0(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ4_0*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        const float d = signed_absmax(x, kQK) / -8.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = f2h(d);
+        for (int j = 0; j < kQK / 2; ++j) {
+            const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+            const int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+            b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+    }
+}
+
+void dequant_q4_1(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ4_1*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d), m = h2f(b[i].m);
+        for (int j = 0; j < kQK / 2; ++j) {
+            dst[j] = static_cast<float>(b[i].qs[j] & 15) * d + m;
+            dst[j + 16] = static_cast<float>(b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+void quant_q4_1(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ4_1*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        float mn, mx;
+        min_max(x, kQK, &mn, &mx);
+        const float d = (mx - mn) / 15.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = f2h(d);
+        b[i].m = f2h(mn);
+        for (int j = 0; j < kQK / 2; ++j) {
+            const int q0 = std::min(15, static_cast<int>((x[j] - mn) * id + 0.5f));
+            const int q1 = std::min(15, static_cast<int>((x[j + 16] - mn) * id + 0.5f));
+            b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+    }
+}
+
+// 5-bit value of element j (0..31) of a Q5 block.
+inline int q5_value(const uint8_t* qs, uint32_t qh, int j) {
+    const int lo = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+    return lo | static_cast<int>(((qh >> j) & 1) << 4);
+}
+
+inline void q5_pack(const int* q, uint8_t* qs, uint8_t* qh_bytes) {
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+        qs[j] = static_cast<uint8_t>((q[j] & 15) | ((q[j + 16] & 15) << 4));
+        qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+        qh |= static_cast<uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+    }
+    std::memcpy(qh_bytes, &qh, 4);
+}
+
+void dequant_q5_0(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ5_0*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d);
+        uint32_t qh;
+        std::memcpy(&qh, b[i].qh, 4);
+        for (int j = 0; j < kQK; ++j)
+            dst[j] = static_cast<float>(q5_value(b[i].qs, qh, j) - 16) * d;
+    }
+}
+
+void quant_q5_0(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ5_0*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        const float d = signed_absmax(x, kQK) / -16.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = f2h(d);
+        int q[kQK];
+        for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+        q5_pack(q, b[i].qs, b[i].qh);
+    }
+}
+
+void dequant_q5_1(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ5_1*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d), m = h2f(b[i].m);
+        uint32_t qh;
+        std::memcpy(&qh, b[i].qh, 4);
+        for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(q5_value(b[i].qs, qh, j)) * d + m;
+    }
+}
+
+void quant_q5_1(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ5_1*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        float mn, mx;
+        min_max(x, kQK, &mn, &mx);
+        const float d = (mx - mn) / 31.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = f2h(d);
+        b[i].m = f2h(mn);
+        int q[kQK];
+        for (int j = 0; j < kQK; ++j)
+            q[j] = std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f));
+        q5_pack(q, b[i].qs, b[i].qh);
+    }
+}
+
+void dequant_q8_0(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(b[i].qs[j]) * d;
+    }
+}
+
+float absmax(const float* x, int n) {
+    float amax = 0;
+    for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+    return amax;
+}
+
+// ggml's reference: d = amax / 127, q = roundf(x / d) (ties away from zero).
+void quant_q8_0(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8_0*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        const float d = absmax(x, kQK) / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = f2h(d);
+        for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+    }
+}
+
+void dequant_q8_1(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ8_1*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(b[i].qs[j]) * d;
+    }
+}
+
+void quant_q8_1(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8_1*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        const float d = absmax(x, kQK) / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        int sum = 0;
+        for (int j = 0; j < kQK; ++j) {
+            b[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+            sum += b[i].qs[j];
+        }
+        b[i].d = f2h(d);
+        b[i].s = f2h(static_cast<float>(sum) * d);
+    }
+}
+
+float dot_q4_0(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ4_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        int s = 0;
+        for (int j = 0; j < kQK / 2; ++j) {
+            s += ((x[i].qs[j] & 15) - 8) * y[i].qs[j];
+            s += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        }
+        sum += static_cast<float>(s) * h2f(x[i].d) * h2f(y[i].d);
+    }
+    return sum;
+}
+
+float dot_q4_1(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ4_1*>(w);
+    const auto* y = static_cast<const BlockQ8_1*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        int s = 0;
+        for (int j = 0; j < kQK / 2; ++j) {
+            s += (x[i].qs[j] & 15) * y[i].qs[j];
+            s += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        }
+        sum += h2f(x[i].d) * h2f(y[i].d) * static_cast<float>(s) + h2f(x[i].m) * h2f(y[i].s);
+    }
+    return sum;
+}
+
+float dot_q5_0(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ5_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        uint32_t qh;
+        std::memcpy(&qh, x[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < kQK; ++j) s += (q5_value(x[i].qs, qh, j) - 16) * y[i].qs[j];
+        sum += static_cast<float>(s) * h2f(x[i].d) * h2f(y[i].d);
+    }
+    return sum;
+}
+
+float dot_q5_1(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ5_1*>(w);
+    const auto* y = static_cast<const BlockQ8_1*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        uint32_t qh;
+        std::memcpy(&qh, x[i].qh, 4);
+        int s = 0;
+        for (int j = 0; j < kQK; ++j) s += q5_value(x[i].qs, qh, j) * y[i].qs[j];
+        sum += h2f(x[i].d) * h2f(y[i].d) * static_cast<float>(s) + h2f(x[i].m) * h2f(y[i].s);
+    }
+    return sum;
+}
+
+float dot_q8_0(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ8_0*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        int s = 0;
+        for (int j = 0; j < kQK; ++j) s += x[i].qs[j] * y[i].qs[j];
+        sum += static_cast<float>(s) * h2f(x[i].d) * h2f(y[i].d);
+    }
+    return sum;
+}
+
+// ---- K formats ----
+
+// Unpacked Q4_K/Q5_K element e (0..255) of a block: the 4 low bits.
+inline int qk4_low(const uint8_t* qs, int e) {
+    const int c = e / 64, l = e % 32;
+    return (e % 64) < 32 ? (qs[32 * c + l] & 15) : (qs[32 * c + l] >> 4);
+}
+inline int qk5_high(const uint8_t* qh, int e) { return (qh[e % 32] >> (e / 32)) & 1; }
+
+// Q6_K element e: 6-bit value in [0, 63].
+inline int q6k_value(const BlockQ6_K& b, int e) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t qh = b.qh[32 * h + l];
+    const int lo = k == 0   ? (ql[l] & 15)
+                   : k == 1 ? (ql[l + 32] & 15)
+                   : k == 2 ? (ql[l] >> 4)
+                            : (ql[l + 32] >> 4);
+    return lo | (((qh >> (2 * k)) & 3) << 4);
+}
+
+void dequant_q4_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ4_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, m;
+            kquant_scale_min(b[i].scales, j, &sc, &m);
+            const float ds = d * sc, dm = dmin * m;
+            for (int e = 32 * j; e < 32 * j + 32; ++e)
+                dst[e] = ds * static_cast<float>(qk4_low(b[i].qs, e)) - dm;
+        }
+    }
+}
+
+void dequant_q5_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ5_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, m;
+            kquant_scale_min(b[i].scales, j, &sc, &m);
+            const float ds = d * sc, dm = dmin * m;
+            for (int e = 32 * j; e < 32 * j + 32; ++e) {
+                const int q = qk4_low(b[i].qs, e) | (qk5_high(b[i].qh, e) << 4);
+                dst[e] = ds * static_cast<float>(q) - dm;
+            }
+        }
+    }
+}
+
+void pack_kquant_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
+    for (int j = 0; j < 4; ++j) {
+        s[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+}
+
+// Shared fit of Q4_K (nmax 15) and Q5_K (nmax 31): per sub-block of 32, min_j = -min(0, x)
+// and scale_j = (max - min) / nmax; d = max scale_j / 63, dmin = max min_j / 63. The 6-bit
+// mins are rounded up (so x + dmin*m_j >= 0: no clamp at 0) and the 6-bit scales are rounded
+// up after that (so the top of the sub-block fits in nmax steps), unless that needs a scale
+// above 63. Max error per element: half a step of its sub-block, d*sc_j/2 <= (scale_j + d +
+// dmin/nmax)/2, plus at most dmin where the 63 cap bites.
+void fit_kquant(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales,
+                uint8_t* q) {
+    float scale[8], mins[8], tops[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+        float mn, mx;
+        min_max(x + 32 * j, 32, &mn, &mx);
+        mn = std::min(mn, 0.f);
+        mx = std::max(mx, 0.f);
+        mins[j] = -mn;
+        tops[j] = mx;
+        scale[j] = (mx - mn) / static_cast<float>(nmax);
+        max_scale = std::max(max_scale, scale[j]);
+        max_min = std::max(max_min, mins[j]);
+    }
+    *d_out = f2h(max_scale / 63.f);
+    *dmin_out = f2h(max_min / 63.f);
+    const float d = h2f(*d_out), dmin = h2f(*dmin_out);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+        m[j] = dmin > 0 ? static_cast<uint8_t>(std::min(63.f, std::ceil(mins[j] / dmin))) : 0;
+        const float dm = dmin * m[j];
+        const float need = (tops[j] + dm) / (d * static_cast<float>(nmax));
+        sc[j] = d > 0 ? static_cast<uint8_t>(std::clamp(std::ceil(need), 0.f, 63.f)) : 0;
+        const float ds = d * sc[j];
+        for (int l = 0; l < 32; ++l) {
+            const int e = 32 * j + l;
+            q[e] = ds > 0 ? static_cast<uint8_t>(std::clamp(nearest_int((x[e] + dm) / ds), 0, nmax))
+                          : 0;
+        }
+    }
+    pack_kquant_scales(sc, m, scales);
+}
+
+void quant_q4_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ4_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        uint8_t q[kQK_K];
+        fit_kquant(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+        for (int c = 0; c < 4; ++c)
+            for (int l = 0; l < 32; ++l)
+                b[i].qs[32 * c + l] =
+                    static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+}
+
+void quant_q5_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ5_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        uint8_t q[kQK_K];
+        fit_kquant(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+        std::memset(b[i].qh, 0, sizeof(b[i].qh));
+        for (int c = 0; c < 4; ++c) {
+            for (int l = 0; l < 32; ++l) {
+                const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+                b[i].qs[32 * c + l] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+                b[i].qh[l] |=
+                    static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+            }
+        }
+    }
+}
+
+void dequant_q6_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ6_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d);
+        for (int e = 0; e < kQK_K; ++e)
+            dst[e] = d * static_cast<float>(b[i].scales[e / 16]) *
+                     static_cast<float>(q6k_value(b[i], e) - 32);
+    }
+}
+
+// Per sub-block of 16: scale_j = amax_j / 31 (so q - 32 stays in [-31, 31]); d = max scale_j
+// / 127 and the 8-bit scales are rounded up, so no element clamps. Max error: half a step,
+// d*sc_j/2 <= (amax_j/31 + d)/2.
+void quant_q6_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ6_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        float scale[16], max_scale = 0;
+        for (int j = 0; j < 16; ++j) {
+            scale[j] = absmax(x + 16 * j, 16) / 31.f;
+            max_scale = std::max(max_scale, scale[j]);
+        }
+        b[i].d = f2h(max_scale / 127.f);
+        const float d = h2f(b[i].d);
+        uint8_t q[kQK_K];
+        for (int j = 0; j < 16; ++j) {
+            const int sc = d > 0 ? static_cast<int>(std::min(127.f, std::ceil(scale[j] / d))) : 0;
+            b[i].scales[j] = static_cast<int8_t>(sc);
+            const float ds = d * static_cast<float>(sc);
+            for (int l = 0; l < 16; ++l) {
+                const int e = 16 * j + l;
+                q[e] = static_cast<uint8_t>(
+                    ds > 0 ? std::clamp(nearest_int(x[e] / ds), -32, 31) + 32 : 32);
+            }
+        }
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* qq = q + 128 * h;
+            for (int l = 0; l < 32; ++l) {
+                b[i].ql[64 * h + l] = static_cast<uint8_t>((qq[l] & 15) | ((qq[l + 64] & 15) << 4));
+                b[i].ql[64 * h + l + 32] =
+                    static_cast<uint8_t>((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
+                b[i].qh[32 * h + l] =
+                    static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
+                                         ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+void dequant_q8_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ8_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K)
+        for (int j = 0; j < kQK_K; ++j) dst[j] = b[i].d * static_cast<float>(b[i].qs[j]);
+}
+
+// Sum over a Q4_K/Q5_K block of sc_j * sum(q * y) and of m_j * sum(y), with y's bsums.
+float dot_kquant_block(const uint8_t* scales, uint16_t d16, uint16_t dmin16, const int* q,
+                       const BlockQ8_K& y) {
+    int sum_q = 0, sum_m = 0;
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        kquant_scale_min(scales, j, &sc, &m);
+        int s = 0;
+        for (int l = 32 * j; l < 32 * j + 32; ++l) s += q[l] * y.qs[l];
+        sum_q += sc * s;
+        sum_m += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+    }
+    return y.d * h2f(d16) * static_cast<float>(sum_q) -
+           y.d * h2f(dmin16) * static_cast<float>(sum_m);
+}
+
+float dot_q4_k(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ4_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int q[kQK_K];
+        for (int e = 0; e < kQK_K; ++e) q[e] = qk4_low(x[i].qs, e);
+        sum += dot_kquant_block(x[i].scales, x[i].d, x[i].dmin, q, y[i]);
+    }
+    return sum;
+}
+
+float dot_q5_k(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ5_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int q[kQK_K];
+        for (int e = 0; e < kQK_K; ++e) q[e] = qk4_low(x[i].qs, e) | (qk5_high(x[i].qh, e) << 4);
+        sum += dot_kquant_block(x[i].scales, x[i].d, x[i].dmin, q, y[i]);
+    }
+    return sum;
+}
+
+float dot_q6_k(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ6_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) {
+            int sj = 0;
+            for (int e = 16 * j; e < 16 * j + 16; ++e) sj += (q6k_value(x[i], e) - 32) * y[i].qs[e];
+            s += x[i].scales[j] * sj;
+        }
+        sum += y[i].d * h2f(x[i].d) * static_cast<float>(s);
+    }
+    return sum;
+}
+
+// ---- per-type dispatch of the *_ref entry points ----
+
+struct RefFns {
+    DType type;
+    void (*dequant)(const void*, float*, int64_t);
+    void (*quant)(const float*, void*, int64_t);
+    float (*dot)(int64_t, const void*, const void*);  // nullptr for activation-only types
+    DType act;
+};
+
+constexpr RefFns kRef[] = {
+    {DType::kF32, dequant_f32, quant_f32, dot_f32, DType::kF32},
+    {DType::kF16, dequant_f16, quant_f16, dot_f16, DType::kF16},
+    {DType::kBF16, dequant_bf16, quant_bf16, dot_bf16, DType::kBF16},
+    {DType::kQ4_0, dequant_q4_0, quant_q4_0, dot_q4_0, DType::kQ8_0},
+    {DType::kQ4_1, dequant_q4_1, quant_q4_1, dot_q4_1, DType::kQ8_1},
+    {DType::kQ5_0, dequant_q5_0, quant_q5_0, dot_q5_0, DType::kQ8_0},
+    {DType::kQ5_1, dequant_q5_1, quant_q5_1, dot_q5_1, DType::kQ8_1},
+    {DType::kQ8_0, dequant_q8_0, quant_q8_0, dot_q8_0, DType::kQ8_0},
+    {DType::kQ4_K, dequant_q4_k, quant_q4_k, dot_q4_k, DType::kQ8_K},
+    {DType::kQ5_K, dequant_q5_k, quant_q5_k, dot_q5_k, DType::kQ8_K},
+    {DType::kQ6_K, dequant_q6_k, quant_q6_k, dot_q6_k, DType::kQ8_K},
+    // activation-only types
+    {DType::kQ8_1, dequant_q8_1, quant_q8_1, nullptr, DType::kQ8_1},
+    {DType::kQ8_K, dequant_q8_k, detail::quantize_row_q8_k_ref, nullptr, DType::kQ8_K},
+};
+static_assert(sizeof(kRef) / sizeof(kRef[0]) == detail::kNumWeightTypes + 2);
+
+const RefFns& ref_fns(DType type) {
+    for (const auto& r : kRef)
+        if (r.type == type) return r;
+    CHECK_MSG(false, "unsupported DType");
+    __builtin_unreachable();
+}
+
+}  // namespace
+
+namespace detail {
+
+// ggml's quantize_row_q8_K_ref: the signed abs-max maps to -127, q = nearest_int(x * -127 /
+// max) capped at 127, d = 1 / iscale, and bsums over each 16.
+void quantize_row_q8_k_ref(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ8_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        const float max = signed_absmax(x, kQK_K);
+        if (max == 0) {
+            std::memset(&b[i], 0, sizeof(BlockQ8_K));
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < kQK_K; ++j)
+            b[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+        for (int j = 0; j < kQK_K / 16; ++j) {
+            int s = 0;
+            for (int l = 0; l < 16; ++l) s += b[i].qs[16 * j + l];
+            b[i].bsums[j] = static_cast<int16_t>(s);
+        }
+        b[i].d = 1 / iscale;
+    }
+}
+
+int kernel_index(DType type) {
+    for (int i = 0; i < kNumWeightTypes; ++i)
+        if (kRef[i].type == type) return i;
+    return -1;
+}
+
+DType kernel_type_at(int index) { return kRef[index].type; }
+
+void fill_scalar_quant_kernels(QuantKernels* table) {
+    for (int i = 0; i < kNumWeightTypes; ++i) {
+        const RefFns& r = kRef[i];
+        const RefFns& act = ref_fns(r.act);
+        table[i] = QuantKernels{r.type, r.act, r.dequant, act.quant, r.dot, nullptr};
+    }
+    // vec_dot_rows needs the dot as a template argument: one line per type.
+    table[0].vec_dot_rows = vec_dot_rows_loop<dot_f32>;
+    table[1].vec_dot_rows = vec_dot_rows_loop<dot_f16>;
+    table[2].vec_dot_rows = vec_dot_rows_loop<dot_bf16>;
+    table[3].vec_dot_rows = vec_dot_rows_loop<dot_q4_0>;
+    table[4].vec_dot_rows = vec_dot_rows_loop<dot_q4_1>;
+    table[5].vec_dot_rows = vec_dot_rows_loop<dot_q5_0>;
+    table[6].vec_dot_rows = vec_dot_rows_loop<dot_q5_1>;
+    table[7].vec_dot_rows = vec_dot_rows_loop<dot_q8_0>;
+    table[8].vec_dot_rows = vec_dot_rows_loop<dot_q4_k>;
+    table[9].vec_dot_rows = vec_dot_rows_loop<dot_q5_k>;
+    table[10].vec_dot_rows = vec_dot_rows_loop<dot_q6_k>;
+}
+
+}  // namespace detail
+
+void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
+    ref_fns(type).dequant(src, dst, n);
+}
+
+void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
+    ref_fns(type).quant(src, dst, n);
+}
+
+float vec_dot_ref(DType weight_type, int64_t n, const void* w, const void* a) {
+    const RefFns& r = ref_fns(weight_type);
+    CHECK_MSG(r.dot != nullptr, "not a weight type");
+    return r.dot(n, w, a);
+}
+
+DType vec_dot_type(DType weight_type) {
+    CHECK_MSG(is_weight_type(weight_type), "not a weight type");
+    return ref_fns(weight_type).act;
+}
+
+bool is_weight_type(DType type) { return detail::kernel_index(type) >= 0; }
+
+}  // namespace ferrox

@@ -1,0 +1,85 @@
+#include "model/hparams.h"
+
+namespace ferrox {
+
+namespace {
+
+Status read_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi,
+                int* out) {
+    FERROX_ASSIGN_OR_RETURN(auto v, f.get_int(key));
+    if (!v) {
+        if (required) return f.error("missing metadata '" + key + "'");
+        return Status::ok();
+    }
+    if (*v < lo || *v > hi) {
+        return f.error("metadata '" + key + "' = " + std::to_string(*v) + " is out of range [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    *out = static_cast<int>(*v);
+    return Status::ok();
+}
+
+}  // namespace
+
+Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::string& arch) {
+    ModelHParams hp;
+    hp.arch = arch;
+    const std::string p = arch + ".";
+    constexpr int kBig = 1 << 24;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "embedding_length", true, 1, kBig, &hp.n_embd));
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "block_count", true, 1, 4096, &hp.n_layer));
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "feed_forward_length", true, 1, kBig, &hp.n_ff));
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "attention.head_count", true, 1, 4096, &hp.n_head));
+    hp.n_head_kv = hp.n_head;
+    FERROX_RETURN_IF_ERROR(
+        read_int(f, p + "attention.head_count_kv", false, 1, 4096, &hp.n_head_kv));
+    hp.n_ctx_train = 4096;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "context_length", false, 1, 1 << 26, &hp.n_ctx_train));
+    if (hp.n_embd % hp.n_head != 0 && !f.find(p + "attention.key_length")) {
+        return f.error("embedding_length " + std::to_string(hp.n_embd) +
+                       " is not a multiple of head_count " + std::to_string(hp.n_head));
+    }
+    hp.head_dim = hp.n_embd / hp.n_head;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "attention.key_length", false, 1, 4096, &hp.head_dim));
+    int v_len = hp.head_dim;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "attention.value_length", false, 1, 4096, &v_len));
+    if (v_len != hp.head_dim) return f.error("attention.value_length != key_length is not supported");
+    if (hp.n_head % hp.n_head_kv != 0) {
+        return f.error("head_count " + std::to_string(hp.n_head) +
+                       " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+    }
+    hp.n_rot = hp.head_dim;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "rope.dimension_count", false, 2, 4096, &hp.n_rot));
+    if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+        return f.error("rope.dimension_count " + std::to_string(hp.n_rot) + " is invalid for head size " +
+                       std::to_string(hp.head_dim));
+    }
+    FERROX_ASSIGN_OR_RETURN(auto eps, f.get_float(p + "attention.layer_norm_rms_epsilon"));
+    if (eps) {
+        if (!(*eps > 0 && *eps < 1)) return f.error("layer_norm_rms_epsilon out of range");
+        hp.rms_eps = static_cast<float>(*eps);
+    }
+    FERROX_ASSIGN_OR_RETURN(auto base, f.get_float(p + "rope.freq_base"));
+    if (base) {
+        if (!(*base > 1)) return f.error("rope.freq_base must be > 1");
+        hp.rope_freq_base = static_cast<float>(*base);
+    }
+    FERROX_ASSIGN_OR_RETURN(auto scaling, f.get_string(p + "rope.scaling.type"));
+    if (scaling && *scaling != "none") {
+        if (*scaling == "linear") {
+            FERROX_ASSIGN_OR_RETURN(auto factor, f.get_float(p + "rope.scaling.factor"));
+            if (factor && *factor > 0) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
+        } else if (*scaling != "llama3") {  // llama3 scaling comes as the rope_freqs tensor
+            return unimplemented(f.path() + ": rope scaling '" + *scaling + "' is not supported");
+        }
+    }
+    {
+        FERROX_ASSIGN_OR_RETURN(auto fs, f.get_float(p + "rope.scale_linear"));
+        if (fs && *fs > 0) hp.rope_freq_scale = static_cast<float>(1.0 / *fs);
+    }
+    hp.n_vocab = 0;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "vocab_size", false, 1, 1 << 24, &hp.n_vocab));
+    return hp;
+}
+
+}  // namespace ferrox

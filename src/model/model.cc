@@ -1,0 +1,404 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/ops.h"
+#include "kernels/quants.h"
+#include "model/attention_f16.h"
+#include "tensor/fp16.h"
+
+namespace ferrox {
+
+extern const ArchTraits kArchLlama;
+extern const ArchTraits kArchMistral;
+extern const ArchTraits kArchQwen2;
+extern const ArchTraits kArchQwen3;
+
+const ArchTraits* find_arch(const std::string& name) {
+    for (const ArchTraits* a : {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3}) {
+        if (name == a->name) return a;
+    }
+    return nullptr;
+}
+
+// Buffers sized once at load for max_batch_tokens and max_ctx; forward() never allocates.
+struct Model::Scratch {
+    std::vector<float> x;      // (n_tok, n_embd) residual stream
+    std::vector<float> xn;     // (n_tok, n_embd) normed input of a block
+    std::vector<float> q;      // (n_tok, q_dim)
+    std::vector<float> k;      // (n_tok, kv_dim)
+    std::vector<float> v;      // (n_tok, kv_dim)
+    std::vector<float> att;    // (n_tok, q_dim) attention output
+    std::vector<float> gate;   // (n_tok, n_ff)
+    std::vector<float> up;     // (n_tok, n_ff)
+    std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
+    std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
+    std::vector<float> scores; // (n_threads, max_ctx) attention scores per thread
+    std::vector<int32_t> pos;  // (n_tok) position of each token
+    std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
+    std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
+};
+
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+
+Status tensor_shape(const GgufFile& f, const TensorView* t, int64_t ne0, int64_t ne1) {
+    const int64_t want_ne1 = ne1 < 0 ? 1 : ne1;
+    if (t->ne[0] != ne0 || t->ne[1] != want_ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        return f.error("tensor '" + t->name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
+                       std::to_string(t->ne[1]) + "], expected [" + std::to_string(ne0) + ", " +
+                       std::to_string(want_ne1) + "]");
+    }
+    return Status::ok();
+}
+
+Expected<const TensorView*> get_matrix(const GgufFile& f, const std::string& name, int64_t n_in,
+                                       int64_t n_out) {
+    const TensorView* t = f.find_tensor(name);
+    if (!t) return f.error("missing tensor '" + name + "'");
+    if (!is_weight_type(t->type)) {
+        return unimplemented(f.path() + ": tensor '" + name + "' has type " +
+                             std::string(dtype_name(t->type)) + ", not usable as a weight");
+    }
+    FERROX_RETURN_IF_ERROR(tensor_shape(f, t, n_in, n_out));
+    return t;
+}
+
+// 1-D parameters (norm weights, biases) are small: converted to owned floats at load so the
+// forward pass reads them without caring how the file stored them.
+Expected<std::vector<float>> get_vector(const GgufFile& f, const std::string& name, int64_t n,
+                                        bool required) {
+    const TensorView* t = f.find_tensor(name);
+    if (!t) {
+        if (required) return f.error("missing tensor '" + name + "'");
+        return std::vector<float>();
+    }
+    FERROX_RETURN_IF_ERROR(tensor_shape(f, t, n, -1));
+    std::vector<float> out(n);
+    dequantize_row_ref(t->type, t->data, out.data(), n);
+    return out;
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptions& opts) {
+    FERROX_ASSIGN_OR_RETURN(auto arch, f.get_string("general.architecture"));
+    if (!arch) return f.error("missing metadata 'general.architecture'");
+    const ArchTraits* traits = find_arch(*arch);
+    if (!traits) return unimplemented(f.path() + ": unsupported architecture '" + *arch + "'");
+
+    std::unique_ptr<Model> m(new Model());
+    m->traits_ = *traits;
+    m->opts_ = opts;
+    FERROX_ASSIGN_OR_RETURN(m->hp_, read_llama_family_hparams(f, *arch));
+    ModelHParams& hp = m->hp_;
+    hp.rope_ordering = traits->rope_ordering;
+
+    const TensorView* embd = f.find_tensor("token_embd.weight");
+    if (!embd) return f.error("missing tensor 'token_embd.weight'");
+    if (embd->ne[0] != hp.n_embd || embd->n_dims != 2) {
+        return f.error("token_embd.weight does not have n_embd = " + std::to_string(hp.n_embd) +
+                       " columns");
+    }
+    if (!is_weight_type(embd->type)) return f.error("token_embd.weight has an unusable type");
+    if (hp.head_dim > kMaxHeadDim) return unimplemented(f.path() + ": head size above 512");
+    if (hp.n_vocab == 0) hp.n_vocab = static_cast<int>(embd->ne[1]);
+    if (embd->ne[1] != hp.n_vocab) return f.error("token_embd.weight rows != vocab_size");
+    m->tok_embd_ = embd;
+    if (f.find_tensor("output.weight")) {
+        FERROX_ASSIGN_OR_RETURN(m->output_, get_matrix(f, "output.weight", hp.n_embd, hp.n_vocab));
+    } else {
+        m->output_ = embd;  // tied embeddings
+    }
+    FERROX_ASSIGN_OR_RETURN(m->output_norm_, get_vector(f, "output_norm.weight", hp.n_embd, true));
+    FERROX_ASSIGN_OR_RETURN(m->rope_freq_factors_,
+                            get_vector(f, "rope_freqs.weight", hp.n_rot / 2, false));
+
+    m->layers_.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; ++il) {
+        LayerWeights& L = m->layers_[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        FERROX_ASSIGN_OR_RETURN(L.attn_norm, get_vector(f, p + "attn_norm.weight", hp.n_embd, true));
+        FERROX_ASSIGN_OR_RETURN(L.ffn_norm, get_vector(f, p + "ffn_norm.weight", hp.n_embd, true));
+        FERROX_ASSIGN_OR_RETURN(L.wq, get_matrix(f, p + "attn_q.weight", hp.n_embd, hp.q_dim()));
+        FERROX_ASSIGN_OR_RETURN(L.wk, get_matrix(f, p + "attn_k.weight", hp.n_embd, hp.kv_dim()));
+        FERROX_ASSIGN_OR_RETURN(L.wv, get_matrix(f, p + "attn_v.weight", hp.n_embd, hp.kv_dim()));
+        FERROX_ASSIGN_OR_RETURN(L.wo, get_matrix(f, p + "attn_output.weight", hp.q_dim(), hp.n_embd));
+        FERROX_ASSIGN_OR_RETURN(L.w_gate, get_matrix(f, p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
+        FERROX_ASSIGN_OR_RETURN(L.w_up, get_matrix(f, p + "ffn_up.weight", hp.n_embd, hp.n_ff));
+        FERROX_ASSIGN_OR_RETURN(L.w_down, get_matrix(f, p + "ffn_down.weight", hp.n_ff, hp.n_embd));
+        if (traits->qkv_bias) {
+            FERROX_ASSIGN_OR_RETURN(L.bq, get_vector(f, p + "attn_q.bias", hp.q_dim(), true));
+            FERROX_ASSIGN_OR_RETURN(L.bk, get_vector(f, p + "attn_k.bias", hp.kv_dim(), true));
+            FERROX_ASSIGN_OR_RETURN(L.bv, get_vector(f, p + "attn_v.bias", hp.kv_dim(), true));
+        }
+        if (traits->qk_norm) {
+            FERROX_ASSIGN_OR_RETURN(L.q_norm, get_vector(f, p + "attn_q_norm.weight", hp.head_dim, true));
+            FERROX_ASSIGN_OR_RETURN(L.k_norm, get_vector(f, p + "attn_k_norm.weight", hp.head_dim, true));
+        }
+    }
+
+    const int n_threads = opts.n_threads > 0 ? opts.n_threads : hardware_threads();
+    m->pool_ = std::make_unique<ThreadPool>(n_threads);
+
+    auto s = std::make_unique<Scratch>();
+    const size_t T = static_cast<size_t>(std::max(1, opts.max_batch_tokens));
+    const int64_t widest = std::max<int64_t>({hp.n_embd, hp.q_dim(), hp.n_ff});
+    s->x.resize(T * hp.n_embd);
+    s->xn.resize(T * hp.n_embd);
+    s->q.resize(T * hp.q_dim());
+    s->k.resize(T * hp.kv_dim());
+    s->v.resize(T * hp.kv_dim());
+    s->att.resize(T * hp.q_dim());
+    s->gate.resize(T * hp.n_ff);
+    s->up.resize(T * hp.n_ff);
+    s->proj.resize(T * hp.n_embd);
+    // The widest activation row in any act type is at most 4 bytes per element plus block
+    // headers; F32 (4 B/elem) bounds every format.
+    s->act.resize(T * (widest * 4 + 64));
+    s->scores.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
+    s->pos.resize(T);
+    s->seq.resize(T);
+    s->rope_cos.resize(T * hp.n_rot / 2);
+    s->rope_sin.resize(T * hp.n_rot / 2);
+    m->s_ = std::move(s);
+    return m;
+}
+
+// y (n_tok, n_out) = x (n_tok, n_in) · W^T, W of n_out rows. Activations are quantized once
+// to the weight's partner type; threads split the weight rows, each thread walking a tile of
+// rows for every token so a tile is read from memory once per call.
+void Model::matmul(const TensorView& w, const float* x, int n_tok, float* y) {
+    const QuantKernels& kq = quant_kernels(w.type);
+    const int64_t n_in = w.ne[0];
+    const int64_t n_out = w.ne[1];
+    const int64_t act_row = dtype_row_bytes(kq.act_type, n_in);
+    uint8_t* act = s_->act.data();
+    CHECK(static_cast<size_t>(act_row * n_tok) <= s_->act.size());
+    const int64_t w_row = w.row_bytes();
+    const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+
+    pool_->run([&](int i_thread, int n_threads) {
+        // Quantize this thread's share of the token rows, then wait for the others.
+        int64_t t0, t1;
+        ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
+        for (int64_t t = t0; t < t1; ++t) kq.quantize_act_row(x + t * n_in, act + t * act_row, n_in);
+    });
+    pool_->run([&](int i_thread, int n_threads) {
+        constexpr int64_t kTile = 16;
+        int64_t r0, r1;
+        ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
+        for (int64_t r = r0; r < r1; r += kTile) {
+            const int64_t nr = std::min(kTile, r1 - r);
+            for (int t = 0; t < n_tok; ++t) {
+                kq.vec_dot_rows(n_in, wdata + r * w_row, w_row, nr, act + t * act_row,
+                                y + t * n_out + r);
+            }
+        }
+    });
+}
+
+namespace {
+
+// Rotates one head (n_rot leading dims) in place by the per-token cos/sin table.
+inline void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeOrdering ord) {
+    const int half = n_rot / 2;
+    if (ord == RopeOrdering::kNormal) {
+        for (int i = 0; i < half; ++i) {
+            const float x0 = x[2 * i], x1 = x[2 * i + 1];
+            x[2 * i] = x0 * cs[i] - x1 * sn[i];
+            x[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        }
+    } else {
+        for (int i = 0; i < half; ++i) {
+            const float x0 = x[i], x1 = x[i + half];
+            x[i] = x0 * cs[i] - x1 * sn[i];
+            x[i + half] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+}  // namespace
+
+// Causal attention of every batch token over its own sequence's cached positions. Threads
+// split the (token, head) pairs.
+void Model::attention(const Batch& batch, KvPool& kv, int il) {
+    const ModelHParams& hp = hp_;
+    const int n_tok = static_cast<int>(batch.tokens.size());
+    const int hd = hp.head_dim;
+    const int group = hp.n_head / hp.n_head_kv;
+    const int bs = kv.geometry().block_size;
+    const int kv_dim = hp.kv_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const AttnF16Kernels& fk = attn_f16_kernels();
+    Scratch& s = *s_;
+
+    // Q and the softmax weights are rounded to F16 before they meet the F16 cache, as ggml's
+    // F16 matrix products do: it costs nothing measurable in accuracy and keeps greedy
+    // decoding in step with llama.cpp (without it random-weight models drift apart).
+    pool_->run([&](int i_thread, int n_threads) {
+        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
+        float qh[kMaxHeadDim];
+        int64_t w0, w1;
+        ThreadPool::split(static_cast<int64_t>(n_tok) * hp.n_head, i_thread, n_threads, 1, &w0, &w1);
+        for (int64_t w = w0; w < w1; ++w) {
+            const int t = static_cast<int>(w / hp.n_head);
+            const int h = static_cast<int>(w % hp.n_head);
+            const int kvh = h / group;
+            const BatchSeq& sq = batch.seqs[s.seq[t]];
+            const int n_kv = s.pos[t] + 1;  // causal: positions [0, pos]
+            const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
+            for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+            for (int p = 0; p < n_kv; ++p) {
+                const uint16_t* krow =
+                    kv.k_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
+                scores[p] = fk.dot(qh, krow, hd) * scale;
+            }
+            softmax_inplace(scores, n_kv);
+            float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
+            std::fill(out, out + hd, 0.0f);
+            for (int p = 0; p < n_kv; ++p) {
+                const uint16_t* vrow =
+                    kv.v_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
+                fk.axpy(fp16_to_fp32(fp32_to_fp16(scores[p])), vrow, out, hd);
+            }
+        }
+    });
+}
+
+Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
+    const ModelHParams& hp = hp_;
+    const int n_tok = static_cast<int>(batch.tokens.size());
+    if (n_tok == 0) return Status::ok();
+    if (n_tok > opts_.max_batch_tokens) {
+        return invalid_argument("batch of " + std::to_string(n_tok) + " tokens exceeds the limit " +
+                                std::to_string(opts_.max_batch_tokens));
+    }
+    Scratch& s = *s_;
+    const int bs = kv.geometry().block_size;
+    int n_out = 0;
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        const BatchSeq& sq = batch.seqs[i];
+        if (sq.n_tokens <= 0 || sq.i_begin < 0 || sq.i_begin + sq.n_tokens > n_tok) {
+            return invalid_argument("batch sequence out of range");
+        }
+        const int end = sq.n_past + sq.n_tokens;
+        if (end > opts_.max_ctx) {
+            return invalid_argument("sequence of " + std::to_string(end) +
+                                    " positions exceeds the context " + std::to_string(opts_.max_ctx));
+        }
+        if (static_cast<int64_t>(sq.n_blocks) * bs < end) {
+            return internal_error("KV blocks do not cover the batch positions");
+        }
+        for (int j = 0; j < sq.n_tokens; ++j) {
+            s.pos[sq.i_begin + j] = sq.n_past + j;
+            s.seq[sq.i_begin + j] = static_cast<int32_t>(i);
+        }
+        n_out += sq.want_logits ? 1 : 0;
+    }
+    if (logits.size() < static_cast<size_t>(n_out) * hp.n_vocab) {
+        return invalid_argument("logits buffer too small");
+    }
+    for (int32_t tok : batch.tokens) {
+        if (tok < 0 || tok >= hp.n_vocab) return invalid_argument("token id " + std::to_string(tok) + " out of range");
+    }
+
+    // Embeddings.
+    const QuantKernels& ke = quant_kernels(tok_embd_->type);
+    for (int t = 0; t < n_tok; ++t) {
+        ke.dequantize_row(tok_embd_->row(batch.tokens[t]), s.x.data() + static_cast<size_t>(t) * hp.n_embd,
+                          hp.n_embd);
+    }
+
+    // RoPE tables, computed as ggml does (theta *= theta_scale per pair, in float) so that
+    // positions rotate bit-for-bit like llama.cpp's.
+    const int half = hp.n_rot / 2;
+    const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
+    for (int t = 0; t < n_tok; ++t) {
+        float theta = static_cast<float>(s.pos[t]);
+        float* cs = s.rope_cos.data() + static_cast<size_t>(t) * half;
+        float* sn = s.rope_sin.data() + static_cast<size_t>(t) * half;
+        for (int i = 0; i < half; ++i) {
+            const float ff = rope_freq_factors_.empty() ? 1.0f : rope_freq_factors_[i];
+            const float th = hp.rope_freq_scale * (theta / ff);
+            cs[i] = std::cos(th);
+            sn[i] = std::sin(th);
+            theta *= theta_scale;
+        }
+    }
+
+    const AttnF16Kernels& fk = attn_f16_kernels();
+    const int E = hp.n_embd;
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights& L = layers_[il];
+        for (int t = 0; t < n_tok; ++t) {
+            rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.attn_norm.data(),
+                     s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
+        }
+        matmul(*L.wq, s.xn.data(), n_tok, s.q.data());
+        matmul(*L.wk, s.xn.data(), n_tok, s.k.data());
+        matmul(*L.wv, s.xn.data(), n_tok, s.v.data());
+        for (int t = 0; t < n_tok; ++t) {
+            float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim();
+            float* k = s.k.data() + static_cast<size_t>(t) * hp.kv_dim();
+            float* v = s.v.data() + static_cast<size_t>(t) * hp.kv_dim();
+            if (!L.bq.empty()) {
+                vec_add(q, L.bq.data(), q, hp.q_dim());
+                vec_add(k, L.bk.data(), k, hp.kv_dim());
+                vec_add(v, L.bv.data(), v, hp.kv_dim());
+            }
+            const float* cs = s.rope_cos.data() + static_cast<size_t>(t) * half;
+            const float* sn = s.rope_sin.data() + static_cast<size_t>(t) * half;
+            for (int h = 0; h < hp.n_head; ++h) {
+                float* qh = q + h * hp.head_dim;
+                if (!L.q_norm.empty()) rms_norm(qh, L.q_norm.data(), qh, hp.head_dim, hp.rms_eps);
+                rope_head(qh, cs, sn, hp.n_rot, hp.rope_ordering);
+            }
+            for (int h = 0; h < hp.n_head_kv; ++h) {
+                float* kh = k + h * hp.head_dim;
+                if (!L.k_norm.empty()) rms_norm(kh, L.k_norm.data(), kh, hp.head_dim, hp.rms_eps);
+                rope_head(kh, cs, sn, hp.n_rot, hp.rope_ordering);
+            }
+            // Store K and V of this position.
+            const BatchSeq& sq = batch.seqs[s.seq[t]];
+            const int p = s.pos[t];
+            const int32_t blk = sq.block_table[p / bs];
+            const size_t off = static_cast<size_t>(p % bs) * hp.kv_dim();
+            fk.to_f16(k, kv.k_rows(blk, il) + off, hp.kv_dim());
+            fk.to_f16(v, kv.v_rows(blk, il) + off, hp.kv_dim());
+        }
+        attention(batch, kv, il);
+        matmul(*L.wo, s.att.data(), n_tok, s.proj.data());
+        vec_add(s.x.data(), s.proj.data(), s.x.data(), static_cast<int64_t>(n_tok) * E);
+
+        for (int t = 0; t < n_tok; ++t) {
+            rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.ffn_norm.data(),
+                     s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
+        }
+        matmul(*L.w_gate, s.xn.data(), n_tok, s.gate.data());
+        matmul(*L.w_up, s.xn.data(), n_tok, s.up.data());
+        silu_mul(s.gate.data(), s.up.data(), s.gate.data(), static_cast<int64_t>(n_tok) * hp.n_ff);
+        matmul(*L.w_down, s.gate.data(), n_tok, s.proj.data());
+        vec_add(s.x.data(), s.proj.data(), s.x.data(), static_cast<int64_t>(n_tok) * E);
+    }
+
+    // Final norm and logits, only for the rows that want them.
+    int n_rows = 0;
+    for (const BatchSeq& sq : batch.seqs) {
+        if (!sq.want_logits) continue;
+        const int t = sq.i_begin + sq.n_tokens - 1;
+        rms_norm(s.x.data() + static_cast<size_t>(t) * E, output_norm_.data(),
+                 s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
+        ++n_rows;
+    }
+    if (n_rows > 0) matmul(*output_, s.xn.data(), n_rows, logits.data());
+    return Status::ok();
+}
+
+}  // namespace ferrox

@@ -1,0 +1,103 @@
+#pragma once
+// A decoder-only transformer of the llama family, loaded from GGUF, with a batched forward
+// pass: one call processes tokens of several sequences, each weight matrix read once per call.
+//
+// Threading: forward() runs on the calling (engine) thread and uses the model's thread pool;
+// one forward at a time per Model.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "loader/gguf.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+
+namespace ferrox {
+
+// What differs between architectures of the family; each architecture file fills one in.
+struct ArchTraits {
+    const char* name;
+    RopeOrdering rope_ordering;
+    bool qkv_bias;  // qwen2
+    bool qk_norm;   // qwen3: RMSNorm over each head of Q and K before RoPE
+};
+
+struct LayerWeights {
+    const TensorView* wq;  // (n_embd -> q_dim)
+    const TensorView* wk;  // (n_embd -> kv_dim)
+    const TensorView* wv;  // (n_embd -> kv_dim)
+    const TensorView* wo;  // (q_dim -> n_embd)
+    const TensorView* w_gate;  // (n_embd -> n_ff)
+    const TensorView* w_up;    // (n_embd -> n_ff)
+    const TensorView* w_down;  // (n_ff -> n_embd)
+    std::vector<float> attn_norm;  // (n_embd)
+    std::vector<float> ffn_norm;   // (n_embd)
+    std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
+    std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
+};
+
+// One sequence's share of a batch: tokens [i_begin, i_begin + n_tokens) of Batch::tokens
+// are its positions n_past, n_past + 1, ...; its KV blocks must already cover them.
+struct BatchSeq {
+    int i_begin = 0;
+    int n_tokens = 0;
+    int n_past = 0;
+    const int32_t* block_table = nullptr;
+    int n_blocks = 0;
+    bool want_logits = true;  // logits of the last token
+};
+
+struct Batch {
+    std::vector<int32_t> tokens;
+    std::vector<BatchSeq> seqs;
+};
+
+struct ModelOptions {
+    int n_threads = 0;      // 0: all cores
+    int max_batch_tokens = 512;  // largest Batch::tokens.size() a forward accepts
+    int max_ctx = 4096;     // longest sequence attention must handle
+};
+
+class Model {
+public:
+    // Loads the architecture named in general.architecture. The GgufFile must outlive it.
+    static Expected<std::unique_ptr<Model>> load(const GgufFile& file, const ModelOptions& opts);
+    ~Model();
+
+    const ModelHParams& hparams() const { return hp_; }
+    const ArchTraits& traits() const { return traits_; }
+    int n_vocab() const { return hp_.n_vocab; }
+    int n_threads() const { return pool_->n_threads(); }
+    KvGeometry kv_geometry(int block_size) const { return {hp_.n_layer, hp_.kv_dim(), block_size}; }
+
+    // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
+    // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
+    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits);
+
+private:
+    Model() = default;
+    struct Scratch;
+    void matmul(const TensorView& w, const float* x, int n_tok, float* y);
+    void attention(const Batch& batch, KvPool& kv, int il);
+
+    ModelHParams hp_;
+    ArchTraits traits_{};
+    ModelOptions opts_;
+    const TensorView* tok_embd_ = nullptr;  // (n_embd, n_vocab)
+    const TensorView* output_ = nullptr;    // (n_embd, n_vocab); == tok_embd_ when tied
+    std::vector<float> output_norm_;        // (n_embd)
+    std::vector<float> rope_freq_factors_;  // (n_rot/2) or empty
+    std::vector<LayerWeights> layers_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::unique_ptr<Scratch> s_;
+};
+
+// Architecture files register their traits here (llama.cc, mistral.cc, qwen2.cc, qwen3.cc).
+const ArchTraits* find_arch(const std::string& name);
+
+}  // namespace ferrox

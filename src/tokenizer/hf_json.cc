@@ -1,0 +1,315 @@
+// HF tokenizer.json (+ tokenizer_config.json) -> VocabSpec.
+// Supported: models BPE (byte-level or SentencePiece-style with byte fallback) and WordPiece;
+// normalizers NFC, Prepend/Replace (llama2), BertNormalizer; pre-tokenizers Split (regex or
+// string, Isolated), ByteLevel, Digits, Punctuation, BertPreTokenizer. Anything else is
+// reported as unimplemented rather than silently tokenized differently.
+
+#include <nlohmann/json.hpp>
+
+#include "core/mmap_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kGpt2Regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::string regex_quote(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (std::string_view("\\^$.|?*+()[]{}/-").find(c) != std::string_view::npos) out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+struct PreState {
+    std::vector<std::string> regexes;
+    bool byte_level = false;
+    bool add_prefix_space = false;
+};
+
+Status parse_pre(const json& p, PreState& st) {
+    if (p.is_null()) return Status::ok();
+    const std::string type = p.value("type", "");
+    if (type == "Sequence") {
+        for (const json& q : p.at("pretokenizers")) FERROX_RETURN_IF_ERROR(parse_pre(q, st));
+        return Status::ok();
+    }
+    if (type == "Split") {
+        const std::string behavior = p.value("behavior", "");
+        if (behavior != "Isolated" || p.value("invert", false)) {
+            return unimplemented("tokenizer.json: Split behavior '" + behavior + "'" +
+                                 (p.value("invert", false) ? " inverted" : ""));
+        }
+        const json& pat = p.at("pattern");
+        if (pat.contains("Regex")) {
+            st.regexes.push_back(pat.at("Regex").get<std::string>());
+        } else {
+            st.regexes.push_back(regex_quote(pat.at("String").get<std::string>()));
+        }
+        return Status::ok();
+    }
+    if (type == "ByteLevel") {
+        st.byte_level = true;
+        if (p.value("add_prefix_space", false)) st.add_prefix_space = true;
+        if (p.value("use_regex", true)) st.regexes.push_back(kGpt2Regex);
+        return Status::ok();
+    }
+    if (type == "Digits") {
+        st.regexes.push_back(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
+        return Status::ok();
+    }
+    if (type == "Punctuation") {
+        const std::string behavior = p.value("behavior", "Isolated");
+        if (behavior == "Isolated") {
+            st.regexes.push_back(R"([\p{P}!-/:-@\[-`{-~])");
+        } else if (behavior == "Contiguous") {
+            st.regexes.push_back(R"([\p{P}!-/:-@\[-`{-~]+)");
+        } else {
+            return unimplemented("tokenizer.json: Punctuation behavior '" + behavior + "'");
+        }
+        return Status::ok();
+    }
+    if (type == "BertPreTokenizer") return Status::ok();  // WordPiece does this itself
+    return unimplemented("tokenizer.json: pre-tokenizer '" + type + "'");
+}
+
+Status parse_normalizer(const json& n, VocabSpec& spec) {
+    if (n.is_null()) return Status::ok();
+    const std::string type = n.value("type", "");
+    if (type == "Sequence") {
+        for (const json& q : n.at("normalizers")) FERROX_RETURN_IF_ERROR(parse_normalizer(q, spec));
+        return Status::ok();
+    }
+    if (type == "NFC") {
+        spec.normalizer = Normalizer::kNfc;
+        return Status::ok();
+    }
+    if (type == "Prepend" && n.value("prepend", "") == "\xE2\x96\x81") {
+        spec.normalizer = Normalizer::kSpmEscape;
+        spec.add_space_prefix = true;
+        return Status::ok();
+    }
+    if (type == "Replace" && n.at("pattern").value("String", "") == " " &&
+        n.value("content", "") == "\xE2\x96\x81") {
+        spec.normalizer = Normalizer::kSpmEscape;
+        return Status::ok();
+    }
+    if (type == "BertNormalizer") {
+        spec.lowercase = n.value("lowercase", true);
+        const json& sa = n.contains("strip_accents") ? n.at("strip_accents") : json();
+        spec.strip_accents = sa.is_null() ? spec.lowercase : sa.get<bool>();
+        return Status::ok();
+    }
+    return unimplemented("tokenizer.json: normalizer '" + type + "'");
+}
+
+// A config token field: "text" or {"content": "text", ...}; "" when absent/null.
+std::string config_token(const json& cfg, const char* key) {
+    if (!cfg.contains(key)) return {};
+    const json& v = cfg.at(key);
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("content")) return v.at("content").get<std::string>();
+    return {};
+}
+
+Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
+    VocabSpec spec;
+    const json& model = tj.at("model");
+    const std::string mtype = model.value("type", "");
+    const json& vocab = model.at("vocab");
+    if (!vocab.is_object()) return unimplemented("tokenizer.json: model.vocab is not a map");
+
+    // id -> text, from the vocab and the added tokens.
+    int64_t max_id = -1;
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+    }
+    const json added = tj.contains("added_tokens") ? tj.at("added_tokens") : json::array();
+    for (const json& a : added) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
+    if (max_id < 0 || max_id >= INT32_MAX) return invalid_argument("tokenizer.json: empty vocab");
+    const size_t n = static_cast<size_t>(max_id + 1);
+    spec.tokens.assign(n, std::string());
+    spec.token_types.assign(n, TokenType::kNormal);
+    spec.token_strip.assign(n, 0);
+    std::vector<uint8_t> present(n, 0);
+    std::vector<uint8_t> is_added(n, 0);
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        const int64_t id = it.value().get<int64_t>();
+        if (id < 0) return invalid_argument("tokenizer.json: negative id for '" + it.key() + "'");
+        spec.tokens[id] = it.key();
+        present[id] = 1;
+    }
+    for (const json& a : added) {
+        const int64_t id = a.at("id").get<int64_t>();
+        if (id < 0) return invalid_argument("tokenizer.json: negative added-token id");
+        spec.tokens[id] = a.at("content").get<std::string>();
+        present[id] = 1;
+        is_added[id] = 1;
+        spec.token_types[id] =
+            a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+        spec.token_strip[id] = (a.value("lstrip", false) ? kTokenLstrip : 0) |
+                               (a.value("rstrip", false) ? kTokenRstrip : 0);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if (!present[i]) {
+            spec.tokens[i] = "<ferrox:unassigned:" + std::to_string(i) + ">";
+            spec.token_types[i] = TokenType::kUndefined;
+        }
+    }
+
+    FERROX_RETURN_IF_ERROR(
+        parse_normalizer(tj.contains("normalizer") ? tj.at("normalizer") : json(), spec));
+    PreState pre;
+    FERROX_RETURN_IF_ERROR(
+        parse_pre(tj.contains("pre_tokenizer") ? tj.at("pre_tokenizer") : json(), pre));
+    const json dec = tj.contains("decoder") ? tj.at("decoder") : json();
+    if (!dec.is_null() && dec.value("type", "") == "ByteLevel") pre.byte_level = true;
+
+    auto id_of = [&](const std::string& text) -> int32_t {
+        if (text.empty()) return -1;
+        for (const json& a : added) {
+            if (a.at("content").get<std::string>() == text) return a.at("id").get<int32_t>();
+        }
+        auto it = vocab.find(text);
+        return it == vocab.end() ? -1 : it.value().get<int32_t>();
+    };
+
+    if (mtype == "BPE") {
+        spec.kind = VocabKind::kBpe;
+        spec.byte_level = pre.byte_level;
+        spec.byte_fallback = model.value("byte_fallback", false);
+        spec.ignore_merges = model.value("ignore_merges", false);
+        if (model.contains("unk_token") && model.at("unk_token").is_string()) {
+            spec.unk_id = id_of(model.at("unk_token").get<std::string>());
+        }
+        if (pre.add_prefix_space) {
+            return unimplemented("tokenizer.json: ByteLevel add_prefix_space");
+        }
+        spec.pre_regexes = pre.regexes;
+        if (spec.pre_regexes.empty()) spec.pre = "none";
+        for (const json& m : model.at("merges")) {
+            if (m.is_string()) {
+                spec.merges.push_back(m.get<std::string>());
+            } else {
+                spec.merges.push_back(m.at(0).get<std::string>() + " " +
+                                      m.at(1).get<std::string>());
+            }
+        }
+        if (!spec.byte_level && spec.byte_fallback) {
+            for (size_t i = 0; i < n; ++i) {
+                const std::string& t = spec.tokens[i];
+                if (spec.token_types[i] == TokenType::kNormal && t.size() == 6 &&
+                    t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
+                    spec.token_types[i] = TokenType::kByte;
+                }
+            }
+        }
+        if (spec.normalizer == Normalizer::kSpmEscape && spec.unk_id >= 0 &&
+            spec.token_types[spec.unk_id] == TokenType::kControl) {
+            spec.token_types[spec.unk_id] = TokenType::kUnknown;
+        }
+    } else if (mtype == "WordPiece") {
+        spec.kind = VocabKind::kWpm;
+        spec.unk_id = id_of(model.value("unk_token", "[UNK]"));
+        spec.max_input_chars_per_word = model.value("max_input_chars_per_word", 100);
+        const std::string prefix = model.value("continuing_subword_prefix", "##");
+        // llama.cpp's convention: "##x" -> "x", word-initial "x" -> "▁x".
+        for (size_t i = 0; i < n; ++i) {
+            if (is_added[i] || spec.token_types[i] != TokenType::kNormal) continue;
+            std::string& t = spec.tokens[i];
+            if (!prefix.empty() && t.size() > prefix.size() &&
+                t.compare(0, prefix.size(), prefix) == 0) {
+                t.erase(0, prefix.size());
+            } else {
+                t.insert(0, "\xE2\x96\x81");
+            }
+        }
+        spec.cls_id = id_of("[CLS]");
+        spec.sep_id = id_of("[SEP]");
+        spec.mask_id = id_of("[MASK]");
+        spec.pad_id = id_of("[PAD]");
+        spec.bos_id = spec.cls_id;
+        spec.add_bos = spec.cls_id >= 0;
+        spec.add_sep = spec.sep_id >= 0;
+        if (spec.unk_id >= 0) spec.token_types[spec.unk_id] = TokenType::kUnknown;
+    } else {
+        return unimplemented("tokenizer.json: model type '" + mtype + "'");
+    }
+
+    // BOS/EOS: the post-processor template, then tokenizer_config.json.
+    const json pp = tj.contains("post_processor") ? tj.at("post_processor") : json();
+    if (!pp.is_null() && pp.value("type", "") == "TemplateProcessing" &&
+        spec.kind == VocabKind::kBpe) {
+        const json& single = pp.at("single");
+        if (!single.empty() && single.front().contains("SpecialToken")) {
+            spec.bos_id = id_of(single.front().at("SpecialToken").at("id").get<std::string>());
+            spec.add_bos = spec.bos_id >= 0;
+        }
+        if (single.size() > 1 && single.back().contains("SpecialToken")) {
+            spec.eos_id = id_of(single.back().at("SpecialToken").at("id").get<std::string>());
+            spec.add_eos = spec.eos_id >= 0;
+        }
+    }
+    if (!cfg.is_null()) {
+        if (const std::string b = config_token(cfg, "bos_token"); !b.empty())
+            spec.bos_id = id_of(b);
+        if (const std::string e = config_token(cfg, "eos_token"); !e.empty())
+            spec.eos_id = id_of(e);
+        if (const std::string p = config_token(cfg, "pad_token"); !p.empty())
+            spec.pad_id = id_of(p);
+        if (const std::string u = config_token(cfg, "unk_token"); !u.empty())
+            spec.unk_id = id_of(u);
+        if (cfg.contains("add_bos_token") && cfg.at("add_bos_token").is_boolean()) {
+            spec.add_bos = cfg.at("add_bos_token").get<bool>();
+        }
+        if (cfg.contains("add_eos_token") && cfg.at("add_eos_token").is_boolean()) {
+            spec.add_eos = cfg.at("add_eos_token").get<bool>();
+        }
+        if (cfg.contains("clean_up_tokenization_spaces") &&
+            cfg.at("clean_up_tokenization_spaces").is_boolean()) {
+            spec.clean_spaces = cfg.at("clean_up_tokenization_spaces").get<bool>();
+        }
+    }
+    if (spec.add_bos && spec.bos_id < 0) spec.add_bos = false;
+    if (spec.add_eos && spec.eos_id < 0) spec.add_eos = false;
+    return spec;
+}
+
+}  // namespace
+
+Expected<VocabSpec> Tokenizer::vocab_from_hf_json_text(std::string_view tokenizer_json,
+                                                       std::string_view config_json) {
+    try {
+        const json tj = json::parse(tokenizer_json);
+        const json cfg = config_json.empty() ? json() : json::parse(config_json);
+        return build_spec(tj, cfg);
+    } catch (const json::exception& e) {
+        return invalid_argument(std::string("tokenizer.json: ") + e.what());
+    }
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
+                                                                  std::string_view config_json) {
+    FERROX_ASSIGN_OR_RETURN(VocabSpec spec, vocab_from_hf_json_text(tokenizer_json, config_json));
+    return create(std::move(spec));
+}
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(const std::string& tokenizer_json_path,
+                                                             const std::string& config_path) {
+    FERROX_ASSIGN_OR_RETURN(std::string tj, read_file(tokenizer_json_path));
+    std::string cfg;
+    if (!config_path.empty()) {
+        FERROX_ASSIGN_OR_RETURN(cfg, read_file(config_path));
+    }
+    auto r = from_hf_json_text(tj, cfg);
+    if (!r) return Status(r.status().code(), tokenizer_json_path + ": " + r.status().message());
+    return r;
+}
+
+}  // namespace ferrox

@@ -1,0 +1,60 @@
+#pragma once
+// IncrementalDecoder: turns a stream of token ids into text that is always valid UTF-8.
+// Bytes of a character split across tokens are held back until the character completes;
+// a byte sequence that can never complete is replaced by U+FFFD as soon as that is certain
+// (one U+FFFD per maximal invalid subpart, as Unicode recommends), and flush() replaces an
+// unfinished tail with U+FFFD. Concatenating every push() and flush() equals
+// Tokenizer::decode() of the same ids whenever that decode is valid UTF-8.
+//
+// Threading: one decoder per stream; not thread-safe. The Tokenizer must outlive it.
+
+#include <cstdint>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox {
+
+class IncrementalDecoder {
+  public:
+    struct Options {
+        bool special = false;  // render control tokens' text (as DecodeOptions::special)
+        // Drop one leading space of the first token when the vocab adds a space prefix
+        // (llama.cpp's detokenize). Turn off when decoding a continuation of a prompt.
+        bool strip_leading_space = true;
+    };
+
+    explicit IncrementalDecoder(const Tokenizer& tokenizer)
+        : IncrementalDecoder(tokenizer, Options{}) {}
+    IncrementalDecoder(const Tokenizer& tokenizer, Options options);
+
+    // Appends the text completed by `id` to `out` (possibly nothing).
+    void push(int32_t id, std::string& out);
+    std::string push(int32_t id) {
+        std::string s;
+        push(id, s);
+        return s;
+    }
+    // Ends the stream: an unfinished character becomes U+FFFD. The decoder is then reset.
+    void flush(std::string& out);
+    std::string flush() {
+        std::string s;
+        flush(s);
+        return s;
+    }
+    void reset();
+    // Bytes held back, waiting for the rest of a character.
+    size_t n_pending() const { return n_pending_; }
+
+  private:
+    void push_byte(uint8_t b, std::string& out);
+
+    const Tokenizer& tokenizer_;
+    Options options_;
+    bool first_ = true;
+    uint8_t pending_[4] = {};
+    size_t n_pending_ = 0;
+    size_t n_needed_ = 0;  // total length of the pending sequence
+};
+
+}  // namespace ferrox

@@ -1,0 +1,62 @@
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+
+namespace ferrox {
+namespace {
+
+TEST(ThreadPool, EveryThreadRunsEveryJob) {
+    for (int n : {1, 2, 3, 5}) {
+        ThreadPool pool(n);
+        std::vector<std::atomic<int>> hits(n);
+        for (int rep = 0; rep < 1000; ++rep) {
+            pool.run([&](int i, int nt) {
+                ASSERT_EQ(nt, n);
+                hits[i].fetch_add(1);
+            });
+        }
+        for (int i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1000) << "thread " << i;
+    }
+}
+
+TEST(ThreadPool, SplitCoversRangeExactlyOnce) {
+    for (int64_t n : {0, 1, 7, 16, 17, 1000}) {
+        for (int nt : {1, 2, 3, 8}) {
+            for (int64_t align : {1, 4, 16}) {
+                std::vector<int> seen(n, 0);
+                int64_t prev_end = 0;
+                for (int i = 0; i < nt; ++i) {
+                    int64_t b, e;
+                    ThreadPool::split(n, i, nt, align, &b, &e);
+                    EXPECT_EQ(b, prev_end);
+                    EXPECT_TRUE(b % align == 0 || b == n);
+                    for (int64_t k = b; k < e; ++k) ++seen[k];
+                    prev_end = e;
+                }
+                EXPECT_EQ(prev_end, n);
+                for (int64_t k = 0; k < n; ++k) EXPECT_EQ(seen[k], 1);
+            }
+        }
+    }
+}
+
+TEST(ThreadPool, ParallelSumIsCorrect) {
+    ThreadPool pool(2);
+    std::vector<int64_t> v(100000);
+    std::iota(v.begin(), v.end(), 0);
+    std::atomic<int64_t> total{0};
+    pool.run([&](int i, int n) {
+        int64_t b, e;
+        ThreadPool::split(static_cast<int64_t>(v.size()), i, n, 1, &b, &e);
+        int64_t s = 0;
+        for (int64_t k = b; k < e; ++k) s += v[k];
+        total += s;
+    });
+    EXPECT_EQ(total.load(), int64_t{99999} * 100000 / 2);
+}
+
+}  // namespace
+}  // namespace ferrox

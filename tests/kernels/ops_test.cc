@@ -1,0 +1,149 @@
+// The f32 ops against naive double-precision loops, on odd lengths, on every ISA.
+
+#include "kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/quants.h"
+#include "kernels/test_util.h"
+
+namespace ferrox {
+namespace {
+
+using kernel_test::random_row;
+
+const int64_t kLengths[] = {1, 7, 8, 9, 31, 64, 100, 1000, 4097};
+
+class OpsTest : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        if (!kernel_test::isa_available(GetParam()))
+            GTEST_SKIP() << GetParam() << " not on this CPU";
+        kernels_force_isa(GetParam().c_str());
+    }
+    void TearDown() override { kernels_force_isa(cpu_has_avx2() ? "avx2" : "scalar"); }
+};
+
+TEST_P(OpsTest, RmsNorm) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        const auto x = random_row(n, 1, 3.0f, 0.5f);
+        const auto w = random_row(n, 2);
+        std::vector<float> y(static_cast<size_t>(n));
+        rms_norm(x.data(), w.data(), y.data(), n, 1e-5f);
+        double ss = 0;
+        for (float v : x) ss += static_cast<double>(v) * v;
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-5);
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = x[i] * scale * w[i];
+            ASSERT_NEAR(y[i], want, 1e-6 * std::fabs(want) + 1e-7) << i;
+        }
+        // In place.
+        std::vector<float> z = x;
+        rms_norm(z.data(), w.data(), z.data(), n, 1e-5f);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(z[i], y[i]);
+    }
+}
+
+TEST_P(OpsTest, Softmax) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        auto x = random_row(n, 3, 4.0f, 100.0f);  // large offset: must subtract the max
+        if (n > 2) x[1] = -INFINITY;              // a masked score
+        std::vector<double> want(x.size());
+        double mx = -INFINITY, sum = 0;
+        for (float v : x) mx = std::max(mx, static_cast<double>(v));
+        for (size_t i = 0; i < x.size(); ++i) sum += want[i] = std::exp(x[i] - mx);
+        softmax_inplace(x.data(), n);
+        double total = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(x[i], want[i] / sum, 1e-6 * want[i] / sum + 1e-9) << i;
+            total += x[i];
+        }
+        if (n > 2) {
+            EXPECT_EQ(x[1], 0.0f);
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5);
+    }
+}
+
+TEST_P(OpsTest, SoftmaxWideRange) {
+    // exp over its whole useful range (differences down to -100 underflow to 0).
+    std::vector<float> x(257);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = -100.0f + 100.0f * static_cast<float>(i) / 256;
+    std::vector<double> want(x.size());
+    double sum = 0;
+    for (size_t i = 0; i < x.size(); ++i) sum += want[i] = std::exp(static_cast<double>(x[i]));
+    softmax_inplace(x.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double w = want[i] / sum;
+        if (w < 1e-37) {
+            ASSERT_LE(x[i], 1e-37) << i;
+        } else {
+            ASSERT_NEAR(x[i], w, 1e-6 * w) << i;
+        }
+    }
+}
+
+TEST_P(OpsTest, SiluMul) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        auto g = random_row(n, 4, 4.0f);
+        const auto u = random_row(n, 5);
+        g[0] = -100.0f;  // exp(100) overflows float: silu must still be ~0, not NaN
+        if (n > 1) g[1] = 100.0f;
+        std::vector<float> out(static_cast<size_t>(n));
+        silu_mul(g.data(), u.data(), out.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const double want = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+            ASSERT_NEAR(out[i], want, 2e-6 * std::fabs(want) + 1e-30) << i << " g=" << g[i];
+        }
+        std::vector<float> alias = g;
+        silu_mul(alias.data(), u.data(), alias.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias[i], out[i]);
+    }
+}
+
+TEST_P(OpsTest, VecAddScaleAxpy) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        const auto a = random_row(n, 6);
+        const auto b = random_row(n, 7);
+        std::vector<float> out(static_cast<size_t>(n));
+        vec_add(a.data(), b.data(), out.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]);
+        vec_scale(a.data(), -0.75f, out.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] * -0.75f);
+        std::vector<float> y = b;
+        axpy(1.25f, a.data(), y.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_NEAR(y[i], b[i] + 1.25 * a[i], 1e-6 * (std::fabs(b[i]) + std::fabs(a[i])));
+        std::vector<float> z = a;  // out aliases an input
+        vec_add(z.data(), b.data(), z.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(z[i], a[i] + b[i]);
+    }
+}
+
+TEST_P(OpsTest, DotF32) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        const auto a = random_row(n, 8);
+        const auto b = random_row(n, 9, 1.0f, 0.3f);
+        double want = 0, abs_sum = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            want += static_cast<double>(a[i]) * b[i];
+            abs_sum += std::fabs(static_cast<double>(a[i]) * b[i]);
+        }
+        // Float accumulation: error grows with the number of terms per accumulator.
+        EXPECT_NEAR(dot_f32(a.data(), b.data(), n), want, 1e-7 * abs_sum * std::sqrt(n) + 1e-7);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, OpsTest, ::testing::ValuesIn(kernel_test::all_isas()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ferrox
