@@ -75,6 +75,7 @@ TEST(TinyModels, MatchLlamaCpp) {
         }
         const double cos = dot / std::sqrt(na * nb);
         EXPECT_GT(cos, 0.9999) << "cosine " << cos;
+        std::printf("%-28s cosine %.8f max diff %.5f of %.3f\n", name.c_str(), cos, max_diff, max_abs);
         EXPECT_LT(max_diff, 0.02 * max_abs + 0.01) << "max |diff| " << max_diff << " of " << max_abs;
         EXPECT_EQ(arg_got, arg_want);
 
