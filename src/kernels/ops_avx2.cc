@@ -23,6 +23,49 @@ inline void store_partial(float* p, int64_t n, __m256 v) {
     for (int64_t i = 0; i < n; ++i) p[i] = buf[i];
 }
 
+// expf on 8 lanes by the method of ARM's optimized-routines (as ggml's AVX2 code uses it):
+// exp(x) = 2^n * (1 + p(b)) with n = round(x / ln 2) found by the 1.5*2^23 shifter trick,
+// b = x - n ln2 in two parts, p a degree-5 polynomial; lanes with |n| > 126 rebuild the scale
+// in two factors so results underflow/overflow correctly. Matching ggml's rounding here keeps
+// SiLU and softmax bit-identical to llama.cpp's, which greedy golden tests depend on (deep
+// models amplify one-ulp differences into different tokens).
+inline __m256 expf_ps(__m256 x) {
+    const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shifter);  // x/ln2 + shifter
+    const __m256 n = _mm256_sub_ps(z, shifter);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 b2 = _mm256_mul_ps(b, b);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 poly = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, b2, lo), b2,
+                                        _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(big)) return _mm256_fmadd_ps(poly, k, k);
+    // Some lane is out of the normal range: scale by s1 * s2 instead of k.
+    const __m256i neg = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+        _mm256_set1_epi32(static_cast<int>(0x82000000u)));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(neg, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, neg));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, poly, s2), s1);
+    const __m256 normal = _mm256_fmadd_ps(k, poly, k);
+    const __m256 mid = _mm256_blendv_ps(normal, scaled, big);
+    return _mm256_blendv_ps(mid, _mm256_mul_ps(s1, s1), huge);
+}
+
+// Sum of the 8 lanes in ggml's order (high half + low half, then pairs).
+inline float hsum_ggml(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 // Adds the 8 floats of v to two double accumulators.
 inline void add_pd(__m256 v, __m256d* lo, __m256d* hi) {
     *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
@@ -35,13 +78,10 @@ inline double hsum_pd(__m256d v) {
 }
 
 void rms_norm_avx2(const float* x, const float* w, float* y, int64_t n, float eps) {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    // Squares summed one by one in double, in order, as ggml does: a vector sum in another
+    // order flips the last bit of the mean now and then, and deep models amplify that.
+    double sum = 0;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        add_pd(_mm256_mul_ps(v, v), &lo, &hi);
-    }
-    double sum = hsum_pd(_mm256_add_pd(lo, hi));
     for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
     const float mean = static_cast<float>(sum / static_cast<double>(n));
     const float scale = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps)));
@@ -59,19 +99,21 @@ void softmax_avx2(float* x, int64_t n) {
     float max = hmax_ps(vmax);
     for (; i < n; ++i) max = x[i] > max ? x[i] : max;
     const __m256 m = _mm256_set1_ps(max);
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    // Each group of 8 is summed in float, the groups in double: ggml's order, so attention
+    // weights round exactly as llama.cpp's (its rows are padded with masked -inf entries, so
+    // a partial last group is the same as a padded one).
+    double sum = 0;
     for (i = 0; i + 8 <= n; i += 8) {
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+        const __m256 e = expf_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
         _mm256_storeu_ps(x + i, e);
-        add_pd(e, &lo, &hi);
+        sum += static_cast<double>(hsum_ggml(e));
     }
     if (i < n) {
-        // Padding lanes are -inf: exp gives 0, which adds nothing to the sum.
-        const __m256 e = exp_ps(_mm256_sub_ps(load_partial(x + i, n - i, -__builtin_inff()), m));
+        const __m256 e = expf_ps(_mm256_sub_ps(load_partial(x + i, n - i, -__builtin_inff()), m));
         store_partial(x + i, n - i, e);
-        add_pd(e, &lo, &hi);
+        sum += static_cast<double>(hsum_ggml(e));
     }
-    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / hsum_pd(_mm256_add_pd(lo, hi))));
+    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
     for (i = 0; i + 8 <= n; i += 8)
         _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
     for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
@@ -79,7 +121,7 @@ void softmax_avx2(float* x, int64_t n) {
 
 inline __m256 silu_mul8(__m256 g, __m256 u) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 e = expf_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
 }
 

@@ -1,0 +1,171 @@
+// The default model (SmolLM2-135M-Instruct Q4_1) against llama.cpp: prompt token ids, 64
+// greedy tokens on nine raw and chat-formatted prompts, and the logits of the last prompt
+// position (same argmax, cosine > 0.998; measured 0.9987-0.99995). Golden data: scripts/golden/smollm2_llamacpp.py. `make model` puts the model in
+// models/ before the tests run; without it the test is skipped, saying so.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "engine/tokenizer_gguf.h"
+#include "loader/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox {
+namespace {
+
+const std::string kModel = std::string(FERROX_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kGolden = std::string(FERROX_SOURCE_DIR) + "/tests/model/golden/";
+
+class SmolLM2 : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        if (!std::filesystem::exists(kModel)) return;
+        auto g = GgufFile::open(kModel);
+        ASSERT_TRUE(g.has_value()) << g.status().message();
+        gguf_ = std::move(*g).release();
+        auto spec = vocab_from_gguf(*gguf_);
+        ASSERT_TRUE(spec.has_value()) << spec.status().message();
+        auto tok = Tokenizer::create(std::move(*spec));
+        ASSERT_TRUE(tok.has_value());
+        tok_ = std::move(*tok).release();
+        ModelOptions mo;
+        mo.n_threads = 2;
+        mo.max_ctx = 256;
+        auto m = Model::load(*gguf_, mo);
+        ASSERT_TRUE(m.has_value()) << m.status().message();
+        model_ = std::move(*m).release();
+        std::ifstream in(kGolden + "smollm2_llamacpp.json");
+        golden_ = new nlohmann::json(nlohmann::json::parse(in));
+    }
+    static void TearDownTestSuite() {
+        delete model_;
+        delete tok_;
+        delete gguf_;
+        delete golden_;
+    }
+    void SetUp() override {
+        if (!model_) GTEST_SKIP() << kModel << " is missing: run `make model`";
+    }
+    static std::string prompt_text(const nlohmann::json& p) {
+        std::string t = p["text"].get<std::string>();
+        if (p["chat"].get<bool>()) t = "<|im_start|>user\n" + t + "<|im_end|>\n<|im_start|>assistant\n";
+        return t;
+    }
+
+    static inline GgufFile* gguf_ = nullptr;
+    static inline Tokenizer* tok_ = nullptr;
+    static inline Model* model_ = nullptr;
+    static inline nlohmann::json* golden_ = nullptr;
+};
+
+TEST_F(SmolLM2, PromptTokensMatchLlamaCpp) {
+    for (const auto& p : (*golden_)["prompts"]) {
+        EXPECT_EQ(tok_->encode(prompt_text(p), true, true), p["ids"].get<std::vector<int32_t>>())
+            << p["text"];
+    }
+}
+
+// Free-running greedy decoding, compared token for token with llama.cpp's. This model has
+// "massive activations" (a residual channel reaches ~2e4 by layer 12) that amplify one-ulp
+// differences in summation order (ferrox and ggml agree to ~1e-6 per layer) into logit
+// differences of ~0.1-1, so where llama.cpp's top-2 margin is that small the two may pick
+// different tokens and then drift apart. The test therefore requires (a) the free run to agree
+// up to the first step where llama.cpp's margin was below kNearTie, and (b) teacher-forced on
+// llama.cpp's own tokens, the same argmax at every step whose margin is at least kNearTie.
+constexpr float kNearTie = 1.0f;
+
+TEST_F(SmolLM2, Greedy64TokensMatchLlamaCpp) {
+    int n_prompts = 0, n_full = 0, n_clear_steps = 0, n_steps = 0;
+    for (const auto& p : (*golden_)["prompts"]) {
+        const auto ids = p["ids"].get<std::vector<int32_t>>();
+        const auto want = p["greedy"].get<std::vector<int32_t>>();
+        const auto margins = p["margins"].get<std::vector<float>>();
+        ASSERT_EQ(want.size(), 64u);
+        GenerateOptions go;
+        go.n_predict = 64;
+        go.sampling.temperature = 0;
+        std::vector<int32_t> got;
+        KvPool kv(model_->kv_geometry(64), 4);
+        auto st = generate(*model_, kv, ids, go, [&](int32_t t) { got.push_back(t); return true; },
+                           [](int32_t) { return false; });
+        ASSERT_TRUE(st.has_value()) << st.status().message();
+        size_t first_tie = 0;
+        while (first_tie < margins.size() && margins[first_tie] >= kNearTie) ++first_tie;
+        size_t agree = 0;
+        while (agree < got.size() && got[agree] == want[agree]) ++agree;
+        EXPECT_GE(agree, first_tie) << "prompt: " << p["text"];
+        n_full += agree == want.size() ? 1 : 0;
+
+        // Teacher-forced.
+        KvPool kv2(model_->kv_geometry(64), 4);
+        SeqKv seq(&kv2);
+        std::vector<float> logits(model_->n_vocab());
+        std::vector<int32_t> feed = ids;
+        int n_past = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_TRUE(seq.reserve(n_past + static_cast<int>(feed.size())).is_ok());
+            Batch b;
+            b.tokens = feed;
+            b.seqs.push_back({0, static_cast<int>(feed.size()), n_past, seq.blocks().data(),
+                              static_cast<int>(seq.blocks().size()), true});
+            ASSERT_TRUE(model_->forward(b, kv2, logits).is_ok());
+            n_past += static_cast<int>(feed.size());
+            const int32_t arg = static_cast<int32_t>(
+                std::max_element(logits.begin(), logits.end()) - logits.begin());
+            ++n_steps;
+            if (margins[i] >= kNearTie) {
+                EXPECT_EQ(arg, want[i]) << "prompt " << p["text"] << " step " << i;
+                ++n_clear_steps;
+            }
+            feed = {want[i]};
+        }
+        std::printf("prompt %d: free-run agrees for %zu/64 tokens (first near-tie at %zu)\n",
+                    n_prompts, agree, first_tie);
+        ++n_prompts;
+    }
+    std::printf("%d/%d prompts identical for all 64 tokens; %d/%d teacher-forced steps clear\n",
+                n_full, n_prompts, n_clear_steps, n_steps);
+    EXPECT_GE(n_prompts, 8);
+    EXPECT_GE(n_clear_steps, n_steps / 2);
+}
+
+TEST_F(SmolLM2, LastPositionLogitsMatchLlamaCpp) {
+    int n_checked = 0;
+    for (const auto& p : (*golden_)["prompts"]) {
+        if (!p.contains("logits_file")) continue;
+        std::vector<float> want(model_->n_vocab());
+        std::ifstream in(kGolden + p["logits_file"].get<std::string>(), std::ios::binary);
+        in.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * 4));
+        ASSERT_TRUE(in.good());
+        KvPool kv(model_->kv_geometry(64), 4);
+        auto got = prompt_logits(*model_, kv, p["ids"].get<std::vector<int32_t>>());
+        ASSERT_TRUE(got.has_value());
+        double dot = 0, na = 0, nb = 0, max_diff = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            dot += double((*got)[i]) * want[i];
+            na += double((*got)[i]) * (*got)[i];
+            nb += double(want[i]) * want[i];
+            max_diff = std::max(max_diff, std::abs(double((*got)[i]) - want[i]));
+        }
+        const double cos = dot / std::sqrt(na * nb);
+        const auto arg = [](const std::vector<float>& v) {
+            return std::max_element(v.begin(), v.end()) - v.begin();
+        };
+        EXPECT_EQ(arg(*got), arg(want));
+        EXPECT_GT(cos, 0.998);
+        EXPECT_LT(max_diff, 1.5);
+        std::printf("prompt %d: cosine %.7f, max |diff| %.4f\n", n_checked, cos, max_diff);
+        ++n_checked;
+    }
+    EXPECT_EQ(n_checked, 4);
+}
+
+}  // namespace
+}  // namespace ferrox
