@@ -39,6 +39,7 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--seed", "-s"}, true, "sampling seed"},
     {{"--chat"}, false, "wrap the prompt as one user turn in the model's chat format"},
     {{"--ids"}, false, "print generated token ids instead of text"},
+    {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
     {{"-h", "--help"}, false, "this help"},
 };
@@ -190,6 +191,7 @@ int cmd_run(int argc, char** argv) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
 
     const bool print_ids = args->has("--ids");
+    const bool ignore_eos = args->has("--ignore-eos");
     IncrementalDecoder dec(**tok);
     bool first = true;
     const Tokenizer& tk = **tok;
@@ -197,14 +199,14 @@ int cmd_run(int argc, char** argv) {
         if (print_ids) {
             std::printf(first ? "%d" : " %d", id);
             first = false;
-        } else if (!tk.is_eog(id)) {
+        } else if (!tk.is_eog(id) || ignore_eos) {
             std::string piece = dec.push(id);
             std::fwrite(piece.data(), 1, piece.size(), stdout);
         }
         std::fflush(stdout);
         return true;
     };
-    auto is_eog = [&](int32_t id) { return tk.is_eog(id); };
+    auto is_eog = [&](int32_t id) { return !ignore_eos && tk.is_eog(id); };
     auto st = generate(**model, kv, ids, gen, on_token, is_eog);
     if (!st.has_value()) return fail(st.status());
     if (!print_ids) {
