@@ -50,25 +50,17 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 
 // ---- 32-element formats ----
 
-// Sums block(i, acc, &offset) over nb blocks with four independent vector accumulators (and
-// four scalar ones for the offset terms of Q4_1/Q5_1): with one, FMA latency would serialise
-// the loop.
+// Sums block(i, acc, &offset) over nb blocks.
 template <typename F>
 inline float sum_blocks(int64_t nb, F block) {
-    // Unrolled by hand: -O2 does not unroll, and an indexed array would live in memory.
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-    float off0 = 0, off1 = 0, off2 = 0, off3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        acc0 = block(i, acc0, &off0);
-        acc1 = block(i + 1, acc1, &off1);
-        acc2 = block(i + 2, acc2, &off2);
-        acc3 = block(i + 3, acc3, &off3);
-    }
-    for (; i < nb; ++i) acc0 = block(i, acc0, &off0);
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
-    return hsum_ps(sum) + ((off0 + off1) + (off2 + off3));
+    // One accumulator and one offset sum, in block order, then the lanes summed as
+    // (hi + lo), pairs, halves: exactly ggml's x86 order. Several accumulators would hide FMA
+    // latency, but decode is bound by memory, not by this chain, and the single order keeps
+    // results bit-identical to llama.cpp's (which deep models need for greedy agreement).
+    __m256 acc = _mm256_setzero_ps();
+    float off = 0;
+    for (int64_t i = 0; i < nb; ++i) acc = block(i, acc, &off);
+    return hsum_ps(acc) + off;
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {

@@ -1,28 +1,74 @@
 #include "model/attention_f16.h"
 
+#include <cmath>
+
 #include "tensor/fp16.h"
 
 namespace ferrox {
 
 namespace {
-float dot_scalar(const float* q, const uint16_t* k, int n) {
-    float s = 0;
-    for (int i = 0; i < n; ++i) s += q[i] * fp16_to_fp32(k[i]);
-    return s;
+
+// The scalar versions follow the same orders with std::fma, so they give the same bits.
+float dot_decode_scalar(const float* q, const uint16_t* k, int n) {
+    float acc[4][8] = {};
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; ++j)
+            for (int l = 0; l < 8; ++l)
+                acc[j][l] = std::fma(fp16_to_fp32(k[i + 8 * j + l]), q[i + 8 * j + l], acc[j][l]);
+    float x[8];
+    for (int l = 0; l < 8; ++l) x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
+    double s = (t0 + t1) + (t2 + t3);
+    for (; i < n; ++i) s += static_cast<double>(fp16_to_fp32(k[i]) * q[i]);
+    return static_cast<float>(s);
 }
-void axpy_scalar(float p, const uint16_t* v, float* out, int n) {
-    for (int i = 0; i < n; ++i) out[i] += p * fp16_to_fp32(v[i]);
+
+float dot_prefill_scalar(const float* q, const uint16_t* k, int n) {
+    float x[8] = {};
+    for (int i = 0; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) x[l] = std::fma(fp16_to_fp32(k[i + l]), q[i + l], x[l]);
+    const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
+    return (t0 + t2) + (t1 + t3);
 }
+
+void accumulate_scalar(float p, const uint16_t* v, float* acc, int n) {
+    for (int i = 0; i < n; ++i) acc[i] = std::fma(fp16_to_fp32(v[i]), p, acc[i]);
+}
+
+void reduce_decode_scalar(const float* acc, float* out, int n) {
+    for (int d = 0; d < n; ++d) {
+        float x[8];
+        for (int l = 0; l < 8; ++l) {
+            const float a0 = acc[(0 + l) * n + d], a1 = acc[(8 + l) * n + d];
+            const float a2 = acc[(16 + l) * n + d], a3 = acc[(24 + l) * n + d];
+            x[l] = (a0 + a2) + (a1 + a3);
+        }
+        const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
+        out[d] = (t0 + t1) + (t2 + t3);
+    }
+}
+
+void reduce_prefill_scalar(const float* acc, float* out, int n) {
+    for (int d = 0; d < n; ++d) {
+        const float t0 = acc[0 * n + d] + acc[4 * n + d], t1 = acc[1 * n + d] + acc[5 * n + d];
+        const float t2 = acc[2 * n + d] + acc[6 * n + d], t3 = acc[3 * n + d] + acc[7 * n + d];
+        out[d] = (t0 + t2) + (t1 + t3);
+    }
+}
+
 void to_f16_scalar(const float* x, uint16_t* y, int n) {
     for (int i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
+
 }  // namespace
 
 // attention_f16_avx2.cc
 const AttnF16Kernels* attn_f16_kernels_avx2();
 
 const AttnF16Kernels& attn_f16_kernels_scalar() {
-    static const AttnF16Kernels k{dot_scalar, axpy_scalar, to_f16_scalar};
+    static const AttnF16Kernels k{dot_decode_scalar,    dot_prefill_scalar,    accumulate_scalar,
+                                  reduce_decode_scalar, reduce_prefill_scalar, to_f16_scalar};
     return k;
 }
 

@@ -1,15 +1,32 @@
 #pragma once
-// The two inner loops of attention over an F16 KV cache: q·k for one cached row and
-// out += p * v for one cached row. Chosen once (AVX2+F16C or scalar) at first use.
+// The inner loops of attention over an F16 KV cache, in two summation orders that mirror
+// ggml's two F16 matrix-product paths, so that ferrox's attention is bit-identical to
+// llama.cpp's (deep models turn one-ulp differences into different greedy tokens):
+//
+//  - "decode" order (a sequence advancing by one token; ggml_vec_dot_f16): four 8-lane
+//    accumulators over elements i = 32s + 8j + lane, reduced (a0+a2)+(a1+a3), then
+//    lanes (l, l+4) paired and summed as (t0+t1)+(t2+t3);
+//  - "prefill" order (two or more tokens of a sequence; llamafile's tinyBLAS): one 8-lane
+//    accumulator over elements i = 8s + lane, reduced as (t0+t2)+(t1+t3) of the paired lanes.
+//
+// Q·K sums over head dimensions; P·V sums over positions, which the cache stores as rows, so
+// P·V keeps R (32 or 8) partial rows acc[r][d] += p[i] * v[i][d] for i ≡ r and reduces them
+// per dimension in the same order. Chosen once (AVX2+F16C or scalar) at first use.
 
 #include <cstdint>
 
 namespace ferrox {
 
 struct AttnF16Kernels {
-    float (*dot)(const float* q, const uint16_t* k, int n);
-    void (*axpy)(float p, const uint16_t* v, float* out, int n);
-    // Converts n floats to f16 (KV writes).
+    // q·k, k an F16 row, q floats already rounded to F16 precision; n % 8 == 0.
+    float (*dot_decode)(const float* q, const uint16_t* k, int n);
+    float (*dot_prefill)(const float* q, const uint16_t* k, int n);
+    // acc[0..n) = fma(v[i], p, acc[i]) with v an F16 row.
+    void (*accumulate)(float p, const uint16_t* v, float* acc, int n);
+    // out[d] = the sum over r of acc[r * n + d] in decode (32 rows) or prefill (8 rows) order.
+    void (*reduce_decode)(const float* acc, float* out, int n);
+    void (*reduce_prefill)(const float* acc, float* out, int n);
+    // Converts n floats to F16 (KV writes).
     void (*to_f16)(const float* x, uint16_t* y, int n);
 };
 

@@ -1,47 +1,97 @@
-// Compiled with -mavx2 -mfma -mf16c; called only after a CPUID check.
+// Compiled with -mavx2 -mfma -mf16c; called only after a CPUID check. Same orders as the
+// scalar versions in attention_f16.cc (see attention_f16.h).
 #include <immintrin.h>
 
 #include "model/attention_f16.h"
-#include "tensor/fp16.h"
 
 namespace ferrox {
 
 namespace {
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v);
-    __m128 hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+
+inline __m256 load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-float dot_avx2(const float* q, const uint16_t* k, int n) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+
+float dot_decode_avx2(const float* q, const uint16_t* k, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i)));
-        __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i + 8)));
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), k1, acc1);
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load_f16(k + i), _mm256_loadu_ps(q + i), a0);
+        a1 = _mm256_fmadd_ps(load_f16(k + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_f16(k + i + 16), _mm256_loadu_ps(q + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_f16(k + i + 24), _mm256_loadu_ps(q + i + 24), a3);
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i)));
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), k0, acc0);
-    }
-    float s = hsum(_mm256_add_ps(acc0, acc1));
-    for (; i < n; ++i) s += q[i] * fp16_to_fp32(k[i]);
-    return s;
+    const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 h = _mm_hadd_ps(t, t);
+    double s = _mm_cvtss_f32(_mm_hadd_ps(h, h));
+    for (; i < n; ++i) s += static_cast<double>(f16_scalar(k[i]) * q[i]);
+    return static_cast<float>(s);
 }
 
-void axpy_avx2(float p, const uint16_t* v, float* out, int n) {
+inline float hsum_tiny(__m256 x) {
+    __m128 t = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    return _mm_cvtss_f32(t);
+}
+
+float dot_prefill_avx2(const float* q, const uint16_t* k, int n) {
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i + 8 <= n; i += 8) a = _mm256_fmadd_ps(load_f16(k + i), _mm256_loadu_ps(q + i), a);
+    return hsum_tiny(a);
+}
+
+void accumulate_avx2(float p, const uint16_t* v, float* acc, int n) {
     const __m256 pv = _mm256_set1_ps(p);
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, v0, _mm256_loadu_ps(out + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(load_f16(v + i), pv, _mm256_loadu_ps(acc + i)));
+    for (; i < n; ++i)
+        acc[i] = _mm_cvtss_f32(
+            _mm_fmadd_ss(_mm_set_ss(f16_scalar(v[i])), _mm_set_ss(p), _mm_set_ss(acc[i])));
+}
+
+// Partial rows are indexed by position residue; the reductions work on 8 dimensions at once,
+// each lane doing exactly the scalar order of attention_f16.cc.
+void reduce_decode_avx2(const float* acc, float* out, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 x[8];
+        for (int l = 0; l < 8; ++l) {
+            const __m256 a0 = _mm256_loadu_ps(acc + (0 + l) * n + d);
+            const __m256 a1 = _mm256_loadu_ps(acc + (8 + l) * n + d);
+            const __m256 a2 = _mm256_loadu_ps(acc + (16 + l) * n + d);
+            const __m256 a3 = _mm256_loadu_ps(acc + (24 + l) * n + d);
+            x[l] = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+        }
+        const __m256 t0 = _mm256_add_ps(x[0], x[4]), t1 = _mm256_add_ps(x[1], x[5]);
+        const __m256 t2 = _mm256_add_ps(x[2], x[6]), t3 = _mm256_add_ps(x[3], x[7]);
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
     }
-    for (; i < n; ++i) out[i] += p * fp16_to_fp32(v[i]);
+    for (; d < n; ++d) {
+        float x[8];
+        for (int l = 0; l < 8; ++l)
+            x[l] = (acc[l * n + d] + acc[(16 + l) * n + d]) + (acc[(8 + l) * n + d] + acc[(24 + l) * n + d]);
+        out[d] = ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+    }
+}
+
+void reduce_prefill_avx2(const float* acc, float* out, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        const __m256 t0 = _mm256_add_ps(_mm256_loadu_ps(acc + 0 * n + d), _mm256_loadu_ps(acc + 4 * n + d));
+        const __m256 t1 = _mm256_add_ps(_mm256_loadu_ps(acc + 1 * n + d), _mm256_loadu_ps(acc + 5 * n + d));
+        const __m256 t2 = _mm256_add_ps(_mm256_loadu_ps(acc + 2 * n + d), _mm256_loadu_ps(acc + 6 * n + d));
+        const __m256 t3 = _mm256_add_ps(_mm256_loadu_ps(acc + 3 * n + d), _mm256_loadu_ps(acc + 7 * n + d));
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3)));
+    }
+    for (; d < n; ++d) {
+        out[d] = ((acc[0 * n + d] + acc[4 * n + d]) + (acc[2 * n + d] + acc[6 * n + d])) +
+                 ((acc[1 * n + d] + acc[5 * n + d]) + (acc[3 * n + d] + acc[7 * n + d]));
+    }
 }
 
 void to_f16_avx2(const float* x, uint16_t* y, int n) {
@@ -50,12 +100,14 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
         __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
     }
-    for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+    for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
+
 }  // namespace
 
 const AttnF16Kernels* attn_f16_kernels_avx2() {
-    static const AttnF16Kernels k{dot_avx2, axpy_avx2, to_f16_avx2};
+    static const AttnF16Kernels k{dot_decode_avx2,    dot_prefill_avx2,    accumulate_avx2,
+                                  reduce_decode_avx2, reduce_prefill_avx2, to_f16_avx2};
     return &k;
 }
 

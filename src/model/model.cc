@@ -37,6 +37,7 @@ struct Model::Scratch {
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
     std::vector<float> scores; // (n_threads, max_ctx) attention scores per thread
+    std::vector<float> attn_acc;  // (n_threads, 32, head_dim) partial P·V rows per thread
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
@@ -45,6 +46,8 @@ struct Model::Scratch {
 namespace {
 
 constexpr int kMaxHeadDim = 512;
+constexpr int kDecodeRows = 32;  // partial P·V rows of the decode order (attention_f16.h)
+constexpr int kPrefillRows = 8;
 
 Status tensor_shape(const GgufFile& f, const TensorView* t, int64_t ne0, int64_t ne1) {
     const int64_t want_ne1 = ne1 < 0 ? 1 : ne1;
@@ -163,6 +166,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     // headers; F32 (4 B/elem) bounds every format.
     s->act.resize(T * (widest * 4 + 64));
     s->scores.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
+    s->attn_acc.resize(static_cast<size_t>(n_threads) * kDecodeRows * hp.head_dim);
     s->pos.resize(T);
     s->seq.resize(T);
     s->rope_cos.resize(T * hp.n_rot / 2);
@@ -206,20 +210,23 @@ void Model::matmul(const TensorView& w, const float* x, int n_tok, float* y) {
 
 namespace {
 
-// Rotates one head (n_rot leading dims) in place by the per-token cos/sin table.
+// Rotates one head (n_rot leading dims) in place by the per-token cos/sin table. The fused
+// multiply-adds are written out because that is what ggml's x0*c - x1*s compiles to on x86
+// (GCC contracts the first product): spelling it out makes the bits independent of compiler
+// flags and identical to llama.cpp's.
 inline void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeOrdering ord) {
     const int half = n_rot / 2;
     if (ord == RopeOrdering::kNormal) {
         for (int i = 0; i < half; ++i) {
             const float x0 = x[2 * i], x1 = x[2 * i + 1];
-            x[2 * i] = x0 * cs[i] - x1 * sn[i];
-            x[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+            x[2 * i] = std::fma(x0, cs[i], -(x1 * sn[i]));
+            x[2 * i + 1] = std::fma(x0, sn[i], x1 * cs[i]);
         }
     } else {
         for (int i = 0; i < half; ++i) {
             const float x0 = x[i], x1 = x[i + half];
-            x[i] = x0 * cs[i] - x1 * sn[i];
-            x[i + half] = x0 * sn[i] + x1 * cs[i];
+            x[i] = std::fma(x0, cs[i], -(x1 * sn[i]));
+            x[i + half] = std::fma(x0, sn[i], x1 * cs[i]);
         }
     }
 }
@@ -239,11 +246,12 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
 
-    // Q and the softmax weights are rounded to F16 before they meet the F16 cache, as ggml's
-    // F16 matrix products do: it costs nothing measurable in accuracy and keeps greedy
-    // decoding in step with llama.cpp (without it random-weight models drift apart).
+    // Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the
+    // sums run in ggml's orders (attention_f16.h): a sequence advancing by one token uses the
+    // decode order, a chunk of two or more the prefill order, as llama.cpp does.
     pool_->run([&](int i_thread, int n_threads) {
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
+        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kDecodeRows * hd;
         float qh[kMaxHeadDim];
         int64_t w0, w1;
         ThreadPool::split(static_cast<int64_t>(n_tok) * hp.n_head, i_thread, n_threads, 1, &w0, &w1);
@@ -252,22 +260,25 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int h = static_cast<int>(w % hp.n_head);
             const int kvh = h / group;
             const BatchSeq& sq = batch.seqs[s.seq[t]];
+            const bool prefill = sq.n_tokens >= 2;
+            const int n_rows = prefill ? kPrefillRows : kDecodeRows;
             const int n_kv = s.pos[t] + 1;  // causal: positions [0, pos]
             const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
             for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
             for (int p = 0; p < n_kv; ++p) {
                 const uint16_t* krow =
                     kv.k_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
-                scores[p] = fk.dot(qh, krow, hd) * scale;
+                scores[p] = (prefill ? fk.dot_prefill : fk.dot_decode)(qh, krow, hd) * scale;
             }
             softmax_inplace(scores, n_kv);
-            float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
-            std::fill(out, out + hd, 0.0f);
+            std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
             for (int p = 0; p < n_kv; ++p) {
                 const uint16_t* vrow =
                     kv.v_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
-                fk.axpy(fp16_to_fp32(fp32_to_fp16(scores[p])), vrow, out, hd);
+                fk.accumulate(fp16_to_fp32(fp32_to_fp16(scores[p])), vrow, acc + (p % n_rows) * hd, hd);
             }
+            float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
+            (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
         }
     });
 }

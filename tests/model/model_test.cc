@@ -138,7 +138,10 @@ TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
     const std::vector<float> lb = run_alone(m, b, 16, 64);
     EXPECT_EQ(run_alone(m, a, 4, 64), la);   // block size
     EXPECT_EQ(run_alone(m, a, 16, 3), la);   // chunked prefill
-    EXPECT_EQ(run_alone(m, a, 256, 1), la);  // token by token
+    // Token by token runs attention in the decode summation order (attention_f16.h), chunks of
+    // two or more in the prefill order: the same values up to rounding, not the same bits.
+    const std::vector<float> one_by_one = run_alone(m, a, 256, 1);
+    for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(one_by_one[i], la[i], 1e-3) << i;
 
     // Both sequences in one batch.
     KvPool kv(m.kv_geometry(8), 8);

@@ -1,6 +1,6 @@
 // The default model (SmolLM2-135M-Instruct Q4_1) against llama.cpp: prompt token ids, 64
 // greedy tokens on nine raw and chat-formatted prompts, and the logits of the last prompt
-// position (same argmax, cosine > 0.998; measured 0.9987-0.99995). Golden data: scripts/golden/smollm2_llamacpp.py. `make model` puts the model in
+// position (bit-identical on AVX2: max |diff| 0). Golden data: scripts/golden/smollm2_llamacpp.py. `make model` puts the model in
 // models/ before the tests run; without it the test is skipped, saying so.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 
 #include "engine/generate.h"
 #include "engine/tokenizer_gguf.h"
+#include "kernels/quants.h"
 #include "loader/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -72,14 +73,17 @@ TEST_F(SmolLM2, PromptTokensMatchLlamaCpp) {
     }
 }
 
-// Free-running greedy decoding, compared token for token with llama.cpp's. This model has
-// "massive activations" (a residual channel reaches ~2e4 by layer 12) that amplify one-ulp
-// differences in summation order (ferrox and ggml agree to ~1e-6 per layer) into logit
-// differences of ~0.1-1, so where llama.cpp's top-2 margin is that small the two may pick
-// different tokens and then drift apart. The test therefore requires (a) the free run to agree
-// up to the first step where llama.cpp's margin was below kNearTie, and (b) teacher-forced on
-// llama.cpp's own tokens, the same argmax at every step whose margin is at least kNearTie.
+// Free-running greedy decoding, compared token for token with llama.cpp's. On x86 with AVX2
+// ferrox computes every op of this model in ggml's order (Q4_1/Q8_0 dots, RoPE, softmax,
+// attention sums), so the logits are bit-identical and all 64 tokens must match. This model
+// has "massive activations" (a residual channel reaches ~2e4 by layer 12) that turn any
+// one-ulp difference into logit differences of ~0.1-1, so on other CPUs (the scalar kernels
+// sum in another order) the test falls back to: the free run agrees up to llama.cpp's first
+// near-tie (top-2 margin < kNearTie), and teacher-forced on llama.cpp's tokens the argmax
+// agrees at every step whose margin is at least kNearTie.
 constexpr float kNearTie = 1.0f;
+
+bool bit_exact_platform() { return std::string(kernels_isa_name()) == "avx2"; }
 
 TEST_F(SmolLM2, Greedy64TokensMatchLlamaCpp) {
     int n_prompts = 0, n_full = 0, n_clear_steps = 0, n_steps = 0;
@@ -100,10 +104,18 @@ TEST_F(SmolLM2, Greedy64TokensMatchLlamaCpp) {
         while (first_tie < margins.size() && margins[first_tie] >= kNearTie) ++first_tie;
         size_t agree = 0;
         while (agree < got.size() && got[agree] == want[agree]) ++agree;
-        EXPECT_GE(agree, first_tie) << "prompt: " << p["text"];
+        if (bit_exact_platform()) {
+            EXPECT_EQ(got, want) << "prompt: " << p["text"];
+        } else {
+            EXPECT_GE(agree, first_tie) << "prompt: " << p["text"];
+        }
         n_full += agree == want.size() ? 1 : 0;
 
-        // Teacher-forced.
+        // Teacher-forced (only where the free run may legitimately drift).
+        if (bit_exact_platform()) {
+            ++n_prompts;
+            continue;
+        }
         KvPool kv2(model_->kv_geometry(64), 4);
         SeqKv seq(&kv2);
         std::vector<float> logits(model_->n_vocab());
@@ -126,14 +138,13 @@ TEST_F(SmolLM2, Greedy64TokensMatchLlamaCpp) {
             }
             feed = {want[i]};
         }
-        std::printf("prompt %d: free-run agrees for %zu/64 tokens (first near-tie at %zu)\n",
-                    n_prompts, agree, first_tie);
         ++n_prompts;
     }
-    std::printf("%d/%d prompts identical for all 64 tokens; %d/%d teacher-forced steps clear\n",
-                n_full, n_prompts, n_clear_steps, n_steps);
+    std::printf("%d/%d prompts identical for all 64 tokens\n", n_full, n_prompts);
     EXPECT_GE(n_prompts, 8);
-    EXPECT_GE(n_clear_steps, n_steps / 2);
+    if (!bit_exact_platform()) {
+        EXPECT_GE(n_clear_steps, n_steps / 2);
+    }
 }
 
 TEST_F(SmolLM2, LastPositionLogitsMatchLlamaCpp) {
@@ -160,7 +171,7 @@ TEST_F(SmolLM2, LastPositionLogitsMatchLlamaCpp) {
         };
         EXPECT_EQ(arg(*got), arg(want));
         EXPECT_GT(cos, 0.998);
-        EXPECT_LT(max_diff, 1.5);
+        EXPECT_LT(max_diff, bit_exact_platform() ? 1e-4 : 1.5);
         std::printf("prompt %d: cosine %.7f, max |diff| %.4f\n", n_checked, cos, max_diff);
         ++n_checked;
     }
