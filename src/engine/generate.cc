@@ -58,6 +58,10 @@ Expected<GenerateStats> generate(Model& model, KvPool& kv, std::span<const int32
     const int ctx_left = kv.n_blocks() * kv.geometry().block_size - st.n_prompt;
     const int n_max = opts.n_predict < 0 ? ctx_left : std::min(opts.n_predict, ctx_left);
     auto t1 = std::chrono::steady_clock::now();
+    Batch b;  // reused: the decode loop allocates nothing per token
+    b.tokens.reserve(1);
+    b.seqs.reserve(1);
+    history.reserve(history.size() + static_cast<size_t>(std::max(0, n_max)));
     for (int i = 0; i < n_max; ++i) {
         const int32_t tok = sampler.sample(logits, history);
         ++st.n_gen;
@@ -66,9 +70,8 @@ Expected<GenerateStats> generate(Model& model, KvPool& kv, std::span<const int32
         const int pos = static_cast<int>(history.size()) - 1;
         Status s = seq.reserve(pos + 1);
         if (!s.is_ok()) break;  // context full: stop where we are
-        Batch b;
-        b.tokens.push_back(tok);
-        b.seqs.push_back({0, 1, pos, seq.blocks().data(), static_cast<int>(seq.blocks().size()), true});
+        b.tokens.assign(1, tok);
+        b.seqs.assign(1, {0, 1, pos, seq.blocks().data(), static_cast<int>(seq.blocks().size()), true});
         FERROX_RETURN_IF_ERROR(model.forward(b, kv, logits));
     }
     st.gen_ms = ms_since(t1);

@@ -193,9 +193,12 @@ Status GgufFile::parse_all(const uint8_t* data, size_t size) {
     }
     // Each metadata pair needs at least 8 (key length) + 4 (type) + 1 bytes; each tensor
     // info at least 8 + 4 + 4 + 8 bytes.
-    if (n_kv > c.remaining() / 13) return error("absurd metadata count " + std::to_string(n_kv));
+    const std::string left = " (" + std::to_string(c.remaining()) + " bytes left): truncated or corrupt";
+    if (n_kv > c.remaining() / 13) {
+        return error("metadata count " + std::to_string(n_kv) + " cannot fit in the file" + left);
+    }
     if (n_tensors > c.remaining() / 24) {
-        return error("absurd tensor count " + std::to_string(n_tensors));
+        return error("tensor count " + std::to_string(n_tensors) + " cannot fit in the file" + left);
     }
 
     kv_.reserve(n_kv);
