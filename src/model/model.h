@@ -73,6 +73,8 @@ public:
     const ArchTraits& traits() const { return traits_; }
     int n_vocab() const { return hp_.n_vocab; }
     int n_threads() const { return pool_->n_threads(); }
+    int max_ctx() const { return opts_.max_ctx; }
+    int max_batch_tokens() const { return opts_.max_batch_tokens; }
     KvGeometry kv_geometry(int block_size) const { return {hp_.n_layer, hp_.kv_dim(), block_size}; }
 
     // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to

@@ -1,0 +1,335 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "engine/text_stream.h"
+
+namespace ferrox {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kStop: return "stop";
+        case FinishReason::kLength: return "length";
+        case FinishReason::kCancelled: return "cancelled";
+        case FinishReason::kError: return "error";
+    }
+    return "error";
+}
+
+struct Engine::Seq {
+    std::shared_ptr<RequestHandle> handle;
+    GenerationParams params;
+    EventSink sink;
+    std::vector<int32_t> tokens;  // prompt, then generated tokens
+    int n_prompt = 0;
+    int n_in_kv = 0;              // positions whose K/V are computed
+    int n_generated = 0;
+    int max_total = 0;            // prompt + generated never exceeds this
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TextStream> text;
+    std::unique_ptr<SeqKv> kv;
+    bool done = false;
+
+    bool prefilling() const { return n_in_kv < n_prompt; }
+};
+
+Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
+    : model_(std::move(model)), opts_(opts) {}
+
+Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> model,
+                                                 const EngineOptions& opts) {
+    if (!model || !model->model) return invalid_argument("no model");
+    if (opts.n_parallel < 1 || opts.block_size < 1 || opts.n_ctx < 1 || opts.max_batch_tokens < 1) {
+        return invalid_argument("engine options out of range");
+    }
+    std::unique_ptr<Engine> e(new Engine(std::move(model), opts));
+    const Model& m = *e->model_->model;
+    const int n_blocks = (opts.n_ctx + opts.block_size - 1) / opts.block_size;
+    e->kv_ = std::make_unique<KvPool>(m.kv_geometry(opts.block_size), n_blocks);
+    e->ceiling_ = std::min({n_blocks * opts.block_size, m.max_ctx(), m.hparams().n_ctx_train});
+    e->opts_.max_batch_tokens = std::min(opts.max_batch_tokens, m.max_batch_tokens());
+    e->logits_.resize(static_cast<size_t>(opts.n_parallel + 1) * m.n_vocab());
+    e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
+    e->batch_.seqs.reserve(opts.n_parallel + 1);
+    e->thread_ = std::thread([p = e.get()] { p->run(); });
+    return e;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> prompt,
+                                                        GenerationParams params, EventSink sink) {
+    if (prompt.empty()) return invalid_argument("the prompt is empty");
+    const int n_prompt = static_cast<int>(prompt.size());
+    const int want = params.max_tokens > 0 ? params.max_tokens : 1;
+    if (static_cast<int64_t>(n_prompt) + want > ceiling_) {
+        return invalid_argument("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                std::to_string(params.max_tokens > 0 ? params.max_tokens : 1) +
+                                ") exceeds the context of " + std::to_string(ceiling_) + " tokens");
+    }
+    for (int32_t t : prompt) {
+        if (t < 0 || t >= model_->model->n_vocab()) {
+            return invalid_argument("token id " + std::to_string(t) + " is out of range [0, " +
+                                    std::to_string(model_->model->n_vocab()) + ")");
+        }
+    }
+    auto s = std::make_unique<Seq>();
+    s->handle = std::make_shared<RequestHandle>(next_id_.fetch_add(1));
+    s->n_prompt = n_prompt;
+    s->tokens = std::move(prompt);
+    s->max_total = params.max_tokens > 0 ? n_prompt + params.max_tokens : ceiling_;
+    s->max_total = std::min(s->max_total, ceiling_);
+    s->params = std::move(params);
+    s->sink = std::move(sink);
+    auto handle = s->handle;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stop_) return Status(StatusCode::kCancelled, "the server is shutting down");
+        if (static_cast<int>(incoming_.size()) + n_waiting_.load() >= opts_.max_queue) {
+            return Status(StatusCode::kResourceExhausted,
+                          "too many requests waiting (" + std::to_string(opts_.max_queue) + ")");
+        }
+        incoming_.push_back(std::move(s));
+        n_waiting_.fetch_add(1);
+    }
+    cv_.notify_one();
+    return handle;
+}
+
+Engine::Stats Engine::stats() const {
+    Stats st;
+    st.n_running = n_running_.load();
+    st.n_waiting = n_waiting_.load();
+    st.kv_blocks_used = kv_used_.load();
+    st.kv_blocks_total = kv_->n_blocks();
+    st.n_prompt_tokens = n_prompt_tokens_.load();
+    st.n_generated_tokens = n_generated_tokens_.load();
+    st.n_requests = n_requests_.load();
+    return st;
+}
+
+void Engine::finish(Seq& s, FinishReason why, Status error) {
+    if (s.done) return;
+    s.done = true;
+    if (why != FinishReason::kCancelled && why != FinishReason::kError && s.text) {
+        std::string rest = s.text->finish();
+        if (!rest.empty()) {
+            EngineEvent ev;
+            ev.kind = EngineEvent::Kind::kText;
+            ev.text = std::move(rest);
+            s.sink(std::move(ev));
+        }
+    }
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kDone;
+    ev.finish = why;
+    ev.error = std::move(error);
+    ev.n_prompt = s.n_prompt;
+    ev.n_completion = s.n_generated;
+    s.sink(std::move(ev));
+    if (s.kv) s.kv->clear();
+}
+
+// Samples from `logits` (the sequence's row), emits the token's text and decides whether the
+// sequence ends.
+void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
+    const Tokenizer& tok = *model_->tokenizer;
+    s.tokens.push_back(token);
+    ++s.n_generated;
+    n_generated_tokens_.fetch_add(1, std::memory_order_relaxed);
+
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kText;
+    if (s.params.top_logprobs >= 0) {
+        // Log-probabilities of the distribution the token was drawn from: the logits after
+        // bias and penalties, at the sampling temperature (1 for greedy).
+        const int n_vocab = model_->model->n_vocab();
+        const float temp = s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f;
+        float mx = -INFINITY;
+        for (int i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i] / temp);
+        double z = 0;
+        for (int i = 0; i < n_vocab; ++i) z += std::exp(static_cast<double>(logits[i] / temp - mx));
+        const float log_z = static_cast<float>(std::log(z)) + mx;
+        TokenLogprob lp;
+        lp.token = token;
+        lp.logprob = logits[token] / temp - log_z;
+        const int k = std::min(s.params.top_logprobs, n_vocab);
+        if (k > 0) {
+            std::vector<std::pair<float, int32_t>> best;
+            best.reserve(k + 1);
+            for (int i = 0; i < n_vocab; ++i) {
+                const float l = logits[i];
+                if (static_cast<int>(best.size()) < k || l > best.back().first) {
+                    auto it = std::upper_bound(best.begin(), best.end(), std::make_pair(l, i),
+                                               [](const auto& a, const auto& b) { return a.first > b.first; });
+                    best.insert(it, {l, i});
+                    if (static_cast<int>(best.size()) > k) best.pop_back();
+                }
+            }
+            for (const auto& [l, i] : best) lp.top.emplace_back(i, l / temp - log_z);
+        }
+        ev.logprobs.push_back(std::move(lp));
+    }
+
+    const bool eog = !s.params.ignore_eos && tok.is_eog(token);
+    if (eog) {
+        if (!ev.logprobs.empty()) s.sink(std::move(ev));
+        finish(s, FinishReason::kStop);
+        return;
+    }
+    TextStream::Delta d = s.text->push(token);
+    ev.text = std::move(d.text);
+    s.sink(std::move(ev));
+    if (d.stopped) {
+        finish(s, FinishReason::kStop);
+    } else if (static_cast<int>(s.tokens.size()) >= s.max_total) {
+        finish(s, FinishReason::kLength);
+    }
+}
+
+void Engine::admit() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        while (!incoming_.empty()) {
+            waiting_.push_back(std::move(incoming_.front()));
+            incoming_.pop_front();
+        }
+    }
+    // Cancelled while waiting: end them without touching the model.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if ((*it)->handle->cancelled()) {
+            finish(**it, FinishReason::kCancelled);
+            n_waiting_.fetch_sub(1);
+            it = waiting_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    // First come, first served, while there is a free slot and KV room for the prompt and
+    // the requested tokens.
+    const int bs = opts_.block_size;
+    while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.n_parallel) {
+        Seq& s = *waiting_.front();
+        const int reserve = s.params.max_tokens > 0 ? s.max_total : s.n_prompt + 1;
+        const int n_blocks = (reserve + bs - 1) / bs;
+        if (!kv_->can_allocate(n_blocks)) break;
+        s.kv = std::make_unique<SeqKv>(kv_.get());
+        CHECK(s.kv->reserve(reserve).is_ok());
+        s.sampler = std::make_unique<Sampler>(s.params.sampling, model_->model->n_vocab());
+        s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop);
+        n_prompt_tokens_.fetch_add(s.n_prompt, std::memory_order_relaxed);
+        n_requests_.fetch_add(1, std::memory_order_relaxed);
+        running_.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+        n_waiting_.fetch_sub(1);
+    }
+    n_running_.store(static_cast<int>(running_.size()));
+    kv_used_.store(kv_->n_blocks() - kv_->n_free());
+}
+
+// One forward step over every running sequence. Returns false when there was nothing to do.
+bool Engine::step() {
+    for (auto& s : running_) {
+        if (s->handle->cancelled()) finish(*s, FinishReason::kCancelled);
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
+                   running_.end());
+    if (running_.empty()) return false;
+
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    std::vector<Seq*> in_batch;
+    in_batch.reserve(running_.size());
+    int budget = opts_.max_batch_tokens;
+    // Decoding sequences first (one token each), then prefill chunks in arrival order.
+    for (int pass = 0; pass < 2; ++pass) {
+        for (auto& sp : running_) {
+            Seq& s = *sp;
+            if (s.prefilling() != (pass == 1) || budget <= 0) continue;
+            const int n = pass == 0 ? 1 : std::min(budget, s.n_prompt - s.n_in_kv);
+            if (s.kv->capacity() < s.n_in_kv + n) {
+                // Growing past the admission reservation: take one more block if any is free.
+                if (!s.kv->reserve(s.n_in_kv + n).is_ok()) {
+                    finish(s, FinishReason::kLength);  // the pool is full: end here
+                    continue;
+                }
+            }
+            BatchSeq bsq;
+            bsq.i_begin = static_cast<int>(batch_.tokens.size());
+            bsq.n_tokens = n;
+            bsq.n_past = s.n_in_kv;
+            bsq.block_table = s.kv->blocks().data();
+            bsq.n_blocks = static_cast<int>(s.kv->blocks().size());
+            bsq.want_logits = pass == 0 || s.n_in_kv + n == s.n_prompt;
+            batch_.tokens.insert(batch_.tokens.end(), s.tokens.begin() + s.n_in_kv,
+                                 s.tokens.begin() + s.n_in_kv + n);
+            batch_.seqs.push_back(bsq);
+            in_batch.push_back(&s);
+            budget -= n;
+        }
+    }
+    if (batch_.seqs.empty()) return true;
+
+    Status st = model_->model->forward(batch_, *kv_, logits_);
+    const int n_vocab = model_->model->n_vocab();
+    int row = 0;
+    for (size_t i = 0; i < in_batch.size(); ++i) {
+        Seq& s = *in_batch[i];
+        const BatchSeq& bsq = batch_.seqs[i];
+        if (!st.is_ok()) {
+            finish(s, FinishReason::kError, st);
+            continue;
+        }
+        s.n_in_kv += bsq.n_tokens;
+        if (!bsq.want_logits) {
+            EngineEvent ev;
+            ev.kind = EngineEvent::Kind::kProgress;
+            s.sink(std::move(ev));
+            continue;
+        }
+        float* lg = logits_.data() + static_cast<size_t>(row++) * n_vocab;
+        if (s.done) continue;
+        const int32_t tok = s.sampler->sample(std::span<float>(lg, n_vocab), s.tokens);
+        emit_token(s, tok, lg);
+    }
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
+                   running_.end());
+    n_running_.store(static_cast<int>(running_.size()));
+    kv_used_.store(kv_->n_blocks() - kv_->n_free());
+    return true;
+}
+
+void Engine::run() {
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [&] { return stop_ || !incoming_.empty() || !running_.empty(); });
+            if (stop_) break;
+        }
+        admit();
+        step();
+    }
+    // Shutdown: every request still known gets its kDone.
+    admit();
+    for (auto& s : running_) finish(*s, FinishReason::kCancelled);
+    for (auto& s : waiting_) finish(*s, FinishReason::kCancelled);
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : incoming_) finish(*s, FinishReason::kCancelled);
+    running_.clear();
+    waiting_.clear();
+    incoming_.clear();
+}
+
+}  // namespace ferrox

@@ -1,0 +1,149 @@
+#pragma once
+// The engine: one thread that owns the model's forward pass and the KV pool, serving many
+// requests at once by continuous batching. HTTP threads reach it only through submit() (a
+// request queue) and the per-request event sink; cancellation is a flag the engine checks
+// between steps.
+//
+// Each step the scheduler takes every running sequence's next token plus prefill chunks of
+// newly admitted prompts, under a token budget (chunked prefill: a long prompt does not stall
+// the streams already running), runs one batched forward, samples, and emits events.
+//
+// KV admission is conservative for now: a request is admitted when the pool has blocks for its
+// whole prompt plus max_tokens, so a running sequence never runs out of room mid-generation.
+// (Paged sharing, prefix caching and preemption come with the serving-core issue.)
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+
+namespace ferrox {
+
+struct EngineOptions {
+    int n_parallel = 4;           // sequences generating at once
+    int n_ctx = 4096;             // KV pool capacity, in tokens, shared by all sequences
+    int block_size = 64;          // KV block size, in tokens
+    int max_batch_tokens = 512;   // tokens per forward step (decode tokens + prefill chunks)
+    int max_queue = 64;           // waiting requests beyond this are refused (HTTP 429)
+};
+
+struct GenerationParams {
+    SamplingParams sampling;
+    int max_tokens = -1;             // -1: until end of generation or the context ceiling
+    std::vector<std::string> stop;   // stop strings (never part of the output)
+    bool ignore_eos = false;
+    int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // best alternatives, most likely first
+};
+
+struct EngineEvent {
+    enum class Kind {
+        kText,      // new visible text (possibly empty) and the tokens behind it
+        kProgress,  // a prefill chunk was processed (lets streams send keep-alives)
+        kDone,      // the last event of a request
+    };
+    Kind kind = Kind::kText;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;  // kText with logprobs requested
+    // kDone:
+    FinishReason finish = FinishReason::kStop;
+    Status error;  // when finish == kError
+    int n_prompt = 0, n_completion = 0, n_cached = 0;
+    std::string stop_matched;
+};
+
+// Called on the engine thread for every event of one request, in order; must not block.
+using EventSink = std::function<void(EngineEvent&&)>;
+
+class RequestHandle {
+public:
+    explicit RequestHandle(uint64_t id) : id_(id) {}
+    uint64_t id() const { return id_; }
+    // Any thread; the request ends at the engine's next step with finish kCancelled.
+    void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+    bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+private:
+    uint64_t id_;
+    std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+public:
+    static Expected<std::unique_ptr<Engine>> create(std::shared_ptr<LoadedModel> model,
+                                                    const EngineOptions& opts);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Any thread. Fails with kInvalidArgument (prompt empty, or prompt + max_tokens beyond
+    // the context ceiling: the message gives both numbers) or kResourceExhausted (queue full).
+    Expected<std::shared_ptr<RequestHandle>> submit(std::vector<int32_t> prompt,
+                                                    GenerationParams params, EventSink sink);
+
+    // The longest context (prompt + generated tokens) one request can ever get.
+    int context_ceiling() const { return ceiling_; }
+    const LoadedModel& model() const { return *model_; }
+    std::shared_ptr<LoadedModel> model_ptr() const { return model_; }
+
+    struct Stats {
+        int n_running = 0, n_waiting = 0;
+        int kv_blocks_used = 0, kv_blocks_total = 0;
+        uint64_t n_prompt_tokens = 0, n_generated_tokens = 0, n_requests = 0;
+    };
+    Stats stats() const;
+
+    // Cancels every request (each gets its kDone) and joins the engine thread.
+    void shutdown();
+
+private:
+    struct Seq;
+    explicit Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts);
+    void run();
+    void admit();
+    bool step();
+    void finish(Seq& s, FinishReason why, Status error = Status::ok());
+    void emit_token(Seq& s, int32_t token, const float* logits);
+
+    std::shared_ptr<LoadedModel> model_;
+    EngineOptions opts_;
+    int ceiling_ = 0;
+    std::unique_ptr<KvPool> kv_;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::unique_ptr<Seq>> incoming_;  // guarded by mu_
+    bool stop_ = false;                          // guarded by mu_
+    std::atomic<uint64_t> next_id_{1};
+
+    // Engine thread only.
+    std::deque<std::unique_ptr<Seq>> waiting_;
+    std::vector<std::unique_ptr<Seq>> running_;
+    std::vector<float> logits_;
+    Batch batch_;
+
+    std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
+    std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};
+    std::thread thread_;
+};
+
+}  // namespace ferrox

@@ -1,0 +1,208 @@
+// The engine on the default model: continuous batching gives every request the same greedy
+// tokens it gets alone; cancellation, limits and stop strings; every KV block returns.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "engine/generate.h"
+#include "engine/text_stream.h"
+
+namespace ferrox {
+namespace {
+
+const std::string kModel = std::string(FERROX_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// Collects one request's events; wait() blocks until kDone.
+struct Collector {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;
+    bool done = false;
+    EngineEvent last;
+    int n_text_events = 0;
+
+    EventSink sink() {
+        return [this](EngineEvent&& ev) {
+            std::lock_guard<std::mutex> lk(mu);
+            if (ev.kind == EngineEvent::Kind::kText) {
+                text += ev.text;
+                ++n_text_events;
+                for (auto& lp : ev.logprobs) logprobs.push_back(lp);
+            } else if (ev.kind == EngineEvent::Kind::kDone) {
+                done = true;
+                last = std::move(ev);
+                cv.notify_all();
+            }
+        };
+    }
+    bool wait(int seconds = 60) {
+        std::unique_lock<std::mutex> lk(mu);
+        return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return done; });
+    }
+};
+
+class EngineTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        if (!std::filesystem::exists(kModel)) return;
+        ModelOptions mo;
+        mo.n_threads = 2;
+        mo.max_ctx = 1024;
+        auto m = load_model(kModel, mo);
+        ASSERT_TRUE(m.has_value()) << m.status().message();
+        model_ = new std::shared_ptr<LoadedModel>(std::move(*m));
+    }
+    static void TearDownTestSuite() { delete model_; }
+    void SetUp() override {
+        if (!model_) GTEST_SKIP() << kModel << " is missing: run `make model`";
+    }
+    std::unique_ptr<Engine> make_engine(int n_parallel = 4, int n_ctx = 1024, int max_queue = 64) {
+        EngineOptions eo;
+        eo.n_parallel = n_parallel;
+        eo.n_ctx = n_ctx;
+        eo.block_size = 16;
+        eo.max_queue = max_queue;
+        auto e = Engine::create(*model_, eo);
+        EXPECT_TRUE(e.has_value());
+        return std::move(*e);
+    }
+    std::vector<int32_t> ids(const std::string& text) {
+        return (*model_)->tokenizer->encode(text, true, true);
+    }
+    static inline std::shared_ptr<LoadedModel>* model_ = nullptr;
+};
+
+GenerationParams greedy(int max_tokens) {
+    GenerationParams p;
+    p.sampling.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+TEST_F(EngineTest, BatchedRequestsMatchSoloGreedy) {
+    const std::vector<std::string> prompts = {
+        "The capital of France is", "def add(a, b):", "Once upon a time", "1, 2, 3,",
+        "<|im_start|>user\nName a color.<|im_end|>\n<|im_start|>assistant\n", "Water boils at"};
+    // Alone, through the single-sequence generator.
+    std::vector<std::string> solo;
+    for (const auto& p : prompts) {
+        KvPool kv((*model_)->model->kv_geometry(16), 64);
+        std::vector<int32_t> out;
+        GenerateOptions go;
+        go.n_predict = 12;
+        go.sampling.temperature = 0;
+        ASSERT_TRUE(generate(*(*model_)->model, kv, ids(p), go, [&](int32_t t) { out.push_back(t); return true; },
+                             [](int32_t) { return false; }).has_value());
+        solo.push_back((*model_)->tokenizer->decode(out));
+    }
+    // All at once through the engine (4 slots: two wait, then join mid-flight).
+    auto e = make_engine(4);
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (const auto& p : prompts) {
+        cs.push_back(std::make_unique<Collector>());
+        ASSERT_TRUE(e->submit(ids(p), greedy(12), cs.back()->sink()).has_value());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        ASSERT_TRUE(cs[i]->wait());
+        EXPECT_EQ(cs[i]->last.finish, FinishReason::kLength);
+        EXPECT_EQ(cs[i]->last.n_completion, 12);
+        EXPECT_EQ(cs[i]->text, solo[i]) << prompts[i];
+    }
+    EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, CancelFreesEverything) {
+    auto e = make_engine(2);
+    Collector a, b;
+    auto ha = e->submit(ids("Tell me a long story about a dragon."), greedy(500), a.sink());
+    auto hb = e->submit(ids("Count to one hundred:"), greedy(20), b.sink());
+    ASSERT_TRUE(ha.has_value() && hb.has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    (*ha)->cancel();
+    ASSERT_TRUE(a.wait());
+    EXPECT_EQ(a.last.finish, FinishReason::kCancelled);
+    EXPECT_LT(a.last.n_completion, 500);
+    ASSERT_TRUE(b.wait());
+    EXPECT_EQ(b.last.finish, FinishReason::kLength);  // the other request is unharmed
+    EXPECT_EQ(b.last.n_completion, 20);
+    EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, LimitsAreErrorsWithNumbers) {
+    auto e = make_engine(1, 256, 2);
+    Collector c;
+    auto r = e->submit(std::vector<int32_t>(200, 100), greedy(100), c.sink());
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("200"), std::string::npos);
+    EXPECT_NE(r.status().message().find("256"), std::string::npos);
+    EXPECT_FALSE(e->submit({}, greedy(1), c.sink()).has_value());
+    EXPECT_FALSE(e->submit({1, 999999}, greedy(1), c.sink()).has_value());
+    // Queue: one running, two waiting, the next refused.
+    std::vector<std::unique_ptr<Collector>> cs;
+    int refused = 0;
+    for (int i = 0; i < 6; ++i) {
+        cs.push_back(std::make_unique<Collector>());
+        auto h = e->submit(ids("Hello"), greedy(40), cs.back()->sink());
+        if (!h.has_value()) {
+            EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted);
+            ++refused;
+            cs.pop_back();
+        }
+    }
+    EXPECT_GE(refused, 1);
+    for (auto& c2 : cs) ASSERT_TRUE(c2->wait());
+}
+
+TEST_F(EngineTest, StopStringNeverLeaks) {
+    auto e = make_engine(1);
+    // Greedy continuation of this prompt starts " Paris." (see the golden test); stop at "ris."
+    // which spans tokens.
+    GenerationParams p = greedy(30);
+    p.stop = {"ris."};
+    Collector c;
+    ASSERT_TRUE(e->submit(ids("The capital of France is"), p, c.sink()).has_value());
+    ASSERT_TRUE(c.wait());
+    EXPECT_EQ(c.last.finish, FinishReason::kStop);
+    EXPECT_EQ(c.text, " Pa");
+}
+
+TEST_F(EngineTest, LogprobsAreANormalisedDistribution) {
+    auto e = make_engine(1);
+    GenerationParams p = greedy(4);
+    p.top_logprobs = 5;
+    Collector c;
+    ASSERT_TRUE(e->submit(ids("The capital of France is"), p, c.sink()).has_value());
+    ASSERT_TRUE(c.wait());
+    ASSERT_EQ(c.logprobs.size(), 4u);
+    for (const auto& lp : c.logprobs) {
+        ASSERT_EQ(lp.top.size(), 5u);
+        EXPECT_EQ(lp.top[0].first, lp.token);  // greedy picks the most likely
+        EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+        EXPECT_LE(lp.logprob, 0.0f);
+        double mass = 0;
+        for (const auto& [id, l] : lp.top) mass += std::exp(l);
+        EXPECT_LE(mass, 1.0 + 1e-4);
+        for (size_t i = 1; i < lp.top.size(); ++i) EXPECT_GE(lp.top[i - 1].second, lp.top[i].second);
+    }
+}
+
+TEST(StopHoldback, LongestSuffixThatStartsAStopString) {
+    EXPECT_EQ(stop_prefix_holdback("hello wor", {"world"}), 3u);
+    EXPECT_EQ(stop_prefix_holdback("hello", {"world"}), 0u);
+    EXPECT_EQ(stop_prefix_holdback("abc<", {"<|end|>", "c<x"}), 2u);
+    EXPECT_EQ(stop_prefix_holdback("", {"x"}), 0u);
+    EXPECT_EQ(stop_prefix_holdback("xworl", {"world"}), 4u);
+    EXPECT_EQ(stop_prefix_holdback("world", {"world"}), 0u);  // full matches are found, not held
+}
+
+}  // namespace
+}  // namespace ferrox
