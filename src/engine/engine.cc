@@ -97,7 +97,7 @@ Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> pro
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_) return Status(StatusCode::kCancelled, "the server is shutting down");
-        if (static_cast<int>(incoming_.size()) + n_waiting_.load() >= opts_.max_queue) {
+        if (n_waiting_.load() >= opts_.max_queue) {  // counts incoming_ and waiting_
             return Status(StatusCode::kResourceExhausted,
                           "too many requests waiting (" + std::to_string(opts_.max_queue) + ")");
         }
@@ -132,6 +132,9 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
             s.sink(std::move(ev));
         }
     }
+    // Blocks go back before kDone, so a client that sees the end also sees them free.
+    if (s.kv) s.kv->clear();
+    kv_used_.store(kv_->n_blocks() - kv_->n_free());
     EngineEvent ev;
     ev.kind = EngineEvent::Kind::kDone;
     ev.finish = why;
@@ -139,7 +142,6 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
     ev.n_prompt = s.n_prompt;
     ev.n_completion = s.n_generated;
     s.sink(std::move(ev));
-    if (s.kv) s.kv->clear();
 }
 
 // Samples from `logits` (the sequence's row), emits the token's text and decides whether the
@@ -315,7 +317,10 @@ void Engine::run() {
     for (;;) {
         {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait(lk, [&] { return stop_ || !incoming_.empty() || !running_.empty(); });
+            // waiting_ and running_ belong to this thread; reading them here is safe.
+            cv_.wait(lk, [&] {
+                return stop_ || !incoming_.empty() || !running_.empty() || !waiting_.empty();
+            });
             if (stop_) break;
         }
         admit();

@@ -104,8 +104,8 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloGreedy) {
         solo.push_back((*model_)->tokenizer->decode(out));
     }
     // All at once through the engine (4 slots: two wait, then join mid-flight).
+    std::vector<std::unique_ptr<Collector>> cs;  // before the engine: it outlives no sink
     auto e = make_engine(4);
-    std::vector<std::unique_ptr<Collector>> cs;
     for (const auto& p : prompts) {
         cs.push_back(std::make_unique<Collector>());
         ASSERT_TRUE(e->submit(ids(p), greedy(12), cs.back()->sink()).has_value());
@@ -120,8 +120,8 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloGreedy) {
 }
 
 TEST_F(EngineTest, CancelFreesEverything) {
-    auto e = make_engine(2);
     Collector a, b;
+    auto e = make_engine(2);
     auto ha = e->submit(ids("Tell me a long story about a dragon."), greedy(500), a.sink());
     auto hb = e->submit(ids("Count to one hundred:"), greedy(20), b.sink());
     ASSERT_TRUE(ha.has_value() && hb.has_value());
@@ -137,8 +137,9 @@ TEST_F(EngineTest, CancelFreesEverything) {
 }
 
 TEST_F(EngineTest, LimitsAreErrorsWithNumbers) {
-    auto e = make_engine(1, 256, 2);
     Collector c;
+    std::vector<std::unique_ptr<Collector>> cs;
+    auto e = make_engine(1, 256, 2);
     auto r = e->submit(std::vector<int32_t>(200, 100), greedy(100), c.sink());
     ASSERT_FALSE(r.has_value());
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -147,7 +148,6 @@ TEST_F(EngineTest, LimitsAreErrorsWithNumbers) {
     EXPECT_FALSE(e->submit({}, greedy(1), c.sink()).has_value());
     EXPECT_FALSE(e->submit({1, 999999}, greedy(1), c.sink()).has_value());
     // Queue: one running, two waiting, the next refused.
-    std::vector<std::unique_ptr<Collector>> cs;
     int refused = 0;
     for (int i = 0; i < 6; ++i) {
         cs.push_back(std::make_unique<Collector>());
@@ -163,12 +163,12 @@ TEST_F(EngineTest, LimitsAreErrorsWithNumbers) {
 }
 
 TEST_F(EngineTest, StopStringNeverLeaks) {
+    Collector c;
     auto e = make_engine(1);
     // Greedy continuation of this prompt starts " Paris." (see the golden test); stop at "ris."
     // which spans tokens.
     GenerationParams p = greedy(30);
     p.stop = {"ris."};
-    Collector c;
     ASSERT_TRUE(e->submit(ids("The capital of France is"), p, c.sink()).has_value());
     ASSERT_TRUE(c.wait());
     EXPECT_EQ(c.last.finish, FinishReason::kStop);
@@ -176,10 +176,10 @@ TEST_F(EngineTest, StopStringNeverLeaks) {
 }
 
 TEST_F(EngineTest, LogprobsAreANormalisedDistribution) {
+    Collector c;
     auto e = make_engine(1);
     GenerationParams p = greedy(4);
     p.top_logprobs = 5;
-    Collector c;
     ASSERT_TRUE(e->submit(ids("The capital of France is"), p, c.sink()).has_value());
     ASSERT_TRUE(c.wait());
     ASSERT_EQ(c.logprobs.size(), 4u);
