@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config make
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev nlohmann-json3-dev libxxhash-dev
+  libpcre2-dev nlohmann-json3-dev libxxhash-dev libboost-dev
   python3 python3-pip unzip
 )
 
@@ -21,4 +21,10 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages for the e2e tests (real clients). Skipped when already importable.
+if ! python3 -c "import openai, pytest, httpx" 2>/dev/null; then
+  echo "setup: installing Python test packages"
+  python3 -m pip install --quiet --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"
 fi

@@ -58,7 +58,7 @@ class Value;
 }  // namespace jinja
 
 class JinjaTemplate {
-public:
+  public:
     // Parses (and checks filter/test names of) a template. The options are kept for render.
     static Expected<JinjaTemplate> parse(std::string_view source, const JinjaOptions& options = {});
 
@@ -70,7 +70,7 @@ public:
 
     const JinjaOptions& options() const;
 
-private:
+  private:
     explicit JinjaTemplate(std::shared_ptr<const jinja::Program> program)
         : program_(std::move(program)) {}
     std::shared_ptr<const jinja::Program> program_;
@@ -79,7 +79,7 @@ private:
 // The variables transformers' apply_chat_template passes to a chat template.
 struct ChatTemplateInputs {
     std::string messages_json;  // JSON array of messages (OpenAI/HF shape)
-    std::string tools_json;  // JSON array of tools; empty: `tools` is None, as in HF
+    std::string tools_json;     // JSON array of tools; empty: `tools` is None, as in HF
     bool add_generation_prompt = true;
     std::string bos_token;
     std::string eos_token;

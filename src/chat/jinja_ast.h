@@ -21,22 +21,22 @@ using TestFn = bool (*)(Interp&, const Expr&, const Value&, CallArgs&);
 
 enum class ExprKind : uint8_t {
     kLiteral,  // value
-    kName,  // name
-    kList,  // args: items
-    kTuple,  // args: items
-    kDict,  // args: key0, value0, key1, value1, ...
+    kName,     // name
+    kList,     // args: items
+    kTuple,    // args: items
+    kDict,     // args: key0, value0, key1, value1, ...
     kGetAttr,  // args[0].name
     kGetItem,  // args[0][args[1]]
-    kSlice,  // args[0][args[1]:args[2]:args[3]] (null children are omitted bounds)
-    kCall,  // args[0](args[1:], kwargs)
-    kFilter,  // args[0] | name(args[1:], kwargs)  (args[0] null inside a filter block)
-    kTest,  // args[0] is [not] name(args[1:], kwargs)
-    kUnary,  // op args[0]  ('-', '+', 'n' for not)
-    kBinary,  // args[0] op args[1]
+    kSlice,    // args[0][args[1]:args[2]:args[3]] (null children are omitted bounds)
+    kCall,     // args[0](args[1:], kwargs)
+    kFilter,   // args[0] | name(args[1:], kwargs)  (args[0] null inside a filter block)
+    kTest,     // args[0] is [not] name(args[1:], kwargs)
+    kUnary,    // op args[0]  ('-', '+', 'n' for not)
+    kBinary,   // args[0] op args[1]
     kAnd,
     kOr,
-    kCompare,  // args[0] ops[0] args[1] ops[1] args[2] ... (Python chaining)
-    kCond,  // args[1] if args[0] else args[2]  (args[2] may be null)
+    kCompare,      // args[0] ops[0] args[1] ops[1] args[2] ... (Python chaining)
+    kCond,         // args[1] if args[0] else args[2]  (args[2] may be null)
     kPlaceholder,  // the body text of a {% filter %} block
 };
 
@@ -46,7 +46,7 @@ enum class CmpOp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kIn, kNotIn };
 struct Expr {
     ExprKind kind;
     int line = 0;
-    Value value;  // kLiteral
+    Value value;       // kLiteral
     std::string name;  // kName, kGetAttr, kFilter, kTest
     std::vector<std::unique_ptr<Expr>> args;
     std::vector<std::pair<std::string, std::unique_ptr<Expr>>> kwargs;
@@ -60,14 +60,14 @@ struct Expr {
 using ExprPtr = std::unique_ptr<Expr>;
 
 enum class StmtKind : uint8_t {
-    kText,  // text
-    kOutput,  // {{ expr }}
-    kIf,  // expr; body; else_body (elif: a single nested kIf)
-    kFor,  // targets in expr [if cond]; body; else_body
-    kSet,  // targets (or target.attr) = expr
-    kSetBlock,  // {% set target %}body{% endset %} (expr: optional filter chain)
-    kMacro,  // name(params) body
-    kCallBlock,  // {% call(params) expr %}body{% endcall %}
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // expr; body; else_body (elif: a single nested kIf)
+    kFor,          // targets in expr [if cond]; body; else_body
+    kSet,          // targets (or target.attr) = expr
+    kSetBlock,     // {% set target %}body{% endset %} (expr: optional filter chain)
+    kMacro,        // name(params) body
+    kCallBlock,    // {% call(params) expr %}body{% endcall %}
     kFilterBlock,  // {% filter f %}body{% endfilter %}: expr is the filter chain
     kBreak,
     kContinue,
@@ -88,10 +88,10 @@ struct Stmt {
     int line = 0;
     std::string text;  // kText; kMacro name; kSet attribute (when target is ns.attr)
     ExprPtr expr;
-    ExprPtr cond;  // kFor filter
+    ExprPtr cond;                      // kFor filter
     std::vector<std::string> targets;  // kFor / kSet names (tuple unpacking if > 1)
-    bool target_attr = false;  // kSet: targets[0].text = expr
-    bool target_tuple = false;  // unpack even a single name (`for a, in ...`)
+    bool target_attr = false;          // kSet: targets[0].text = expr
+    bool target_tuple = false;         // unpack even a single name (`for a, in ...`)
     StmtList body;
     StmtList else_body;
     std::vector<MacroParam> params;  // kMacro, kCallBlock

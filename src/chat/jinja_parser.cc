@@ -39,9 +39,7 @@ Status syntax_error(int line, const std::string& msg) {
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-bool is_name_start(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
@@ -67,7 +65,7 @@ bool unescape(std::string_view s, std::string* out) {
             int64_t v = 0;
             for (int k = 1; k <= n; ++k) {
                 char h = s[i + static_cast<size_t>(k)];
-                int d = is_digit(h) ? h - '0'
+                int d = is_digit(h)              ? h - '0'
                         : (h >= 'a' && h <= 'f') ? h - 'a' + 10
                         : (h >= 'A' && h <= 'F') ? h - 'A' + 10
                                                  : -1;
@@ -78,17 +76,38 @@ bool unescape(std::string_view s, std::string* out) {
             return v;
         };
         switch (e) {
-            case '\n': break;
-            case '\\': *out += '\\'; break;
-            case '\'': *out += '\''; break;
-            case '"': *out += '"'; break;
-            case 'a': *out += '\a'; break;
-            case 'b': *out += '\b'; break;
-            case 'f': *out += '\f'; break;
-            case 'n': *out += '\n'; break;
-            case 'r': *out += '\r'; break;
-            case 't': *out += '\t'; break;
-            case 'v': *out += '\v'; break;
+            case '\n':
+                break;
+            case '\\':
+                *out += '\\';
+                break;
+            case '\'':
+                *out += '\'';
+                break;
+            case '"':
+                *out += '"';
+                break;
+            case 'a':
+                *out += '\a';
+                break;
+            case 'b':
+                *out += '\b';
+                break;
+            case 'f':
+                *out += '\f';
+                break;
+            case 'n':
+                *out += '\n';
+                break;
+            case 'r':
+                *out += '\r';
+                break;
+            case 't':
+                *out += '\t';
+                break;
+            case 'v':
+                *out += '\v';
+                break;
             case 'x':
             case 'u':
             case 'U': {
@@ -114,7 +133,7 @@ bool unescape(std::string_view s, std::string* out) {
 }
 
 class Lexer {
-public:
+  public:
     explicit Lexer(std::string_view src) {
         // jinja2 normalizes \r\n and \r to \n and drops one trailing newline.
         src_.reserve(src.size());
@@ -173,7 +192,7 @@ public:
         return Status::ok();
     }
 
-private:
+  private:
     static constexpr size_t npos = std::string::npos;
 
     size_t find_tag(size_t from) const {
@@ -342,7 +361,8 @@ private:
                 stack->push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
                 ++*balance;
             } else if (n == 1 && (c == ')' || c == ']' || c == '}')) {
-                if (stack->empty()) return syntax_error(line_, std::string("unexpected '") + c + "'");
+                if (stack->empty())
+                    return syntax_error(line_, std::string("unexpected '") + c + "'");
                 if (stack->back() != c)
                     return syntax_error(line_, std::string("unexpected '") + c + "', expected '" +
                                                    stack->back() + "'");
@@ -373,13 +393,16 @@ private:
             size_t n = 0;
             while (pos_ < src_.size()) {
                 char h = static_cast<char>(src_[pos_] | 0x20);
-                int d = is_digit(src_[pos_]) ? src_[pos_] - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : -1;
+                int d = is_digit(src_[pos_])     ? src_[pos_] - '0'
+                        : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                                                 : -1;
                 if (src_[pos_] == '_') {
                     ++pos_;
                     continue;
                 }
                 if (d < 0 || d >= base) break;
-                if (v > (INT64_MAX - d) / base) return syntax_error(line_, "integer literal too large");
+                if (v > (INT64_MAX - d) / base)
+                    return syntax_error(line_, "integer literal too large");
                 v = v * base + d;
                 ++pos_;
                 ++n;
@@ -438,7 +461,7 @@ private:
 // ---------------------------------------------------------------------------------------------
 
 class Parser {
-public:
+  public:
     Parser(std::vector<Token> toks, int max_nesting)
         : toks_(std::move(toks)), max_nesting_(max_nesting) {}
 
@@ -449,11 +472,9 @@ public:
         return Status::ok();
     }
 
-private:
+  private:
     const Token& cur() const { return toks_[i_]; }
-    const Token& peek(size_t k = 1) const {
-        return toks_[std::min(i_ + k, toks_.size() - 1)];
-    }
+    const Token& peek(size_t k = 1) const { return toks_[std::min(i_ + k, toks_.size() - 1)]; }
     void advance() {
         if (i_ + 1 < toks_.size()) ++i_;
     }
@@ -472,13 +493,20 @@ private:
     Status fail(const std::string& msg) { return syntax_error(cur().line, msg); }
     std::string describe(const Token& t) const {
         switch (t.type) {
-            case Tok::kEof: return "end of template";
-            case Tok::kBlockEnd: return "end of statement block";
-            case Tok::kVarEnd: return "end of print statement";
-            case Tok::kName: return "'" + t.text + "'";
-            case Tok::kOp: return "'" + t.text + "'";
-            case Tok::kString: return "string";
-            default: return "token";
+            case Tok::kEof:
+                return "end of template";
+            case Tok::kBlockEnd:
+                return "end of statement block";
+            case Tok::kVarEnd:
+                return "end of print statement";
+            case Tok::kName:
+                return "'" + t.text + "'";
+            case Tok::kOp:
+                return "'" + t.text + "'";
+            case Tok::kString:
+                return "string";
+            default:
+                return "token";
         }
     }
     Status expect_op(const char* op) {
@@ -515,7 +543,8 @@ private:
                     return Status::ok();
                 }
                 std::string want;
-                for (const char* e : ends) want += (want.empty() ? "'" : " or '") + std::string(e) + "'";
+                for (const char* e : ends)
+                    want += (want.empty() ? "'" : " or '") + std::string(e) + "'";
                 return fail("unexpected end of template, expected " + want);
             }
             if (t.type == Tok::kData) {
@@ -624,7 +653,8 @@ private:
     Status parse_targets(std::vector<std::string>* names, bool* is_tuple) {
         bool paren = skip_op("(");
         while (true) {
-            if (cur().type != Tok::kName) return fail("expected a variable name, got " + describe(cur()));
+            if (cur().type != Tok::kName)
+                return fail("expected a variable name, got " + describe(cur()));
             names->push_back(cur().text);
             advance();
             if (!skip_op(",")) break;
@@ -859,13 +889,20 @@ private:
         ExprPtr cmp;
         while (true) {
             CmpOp op;
-            if (is_op("==")) op = CmpOp::kEq;
-            else if (is_op("!=")) op = CmpOp::kNe;
-            else if (is_op("<")) op = CmpOp::kLt;
-            else if (is_op("<=")) op = CmpOp::kLe;
-            else if (is_op(">")) op = CmpOp::kGt;
-            else if (is_op(">=")) op = CmpOp::kGe;
-            else if (is_name("in")) op = CmpOp::kIn;
+            if (is_op("=="))
+                op = CmpOp::kEq;
+            else if (is_op("!="))
+                op = CmpOp::kNe;
+            else if (is_op("<"))
+                op = CmpOp::kLt;
+            else if (is_op("<="))
+                op = CmpOp::kLe;
+            else if (is_op(">"))
+                op = CmpOp::kGt;
+            else if (is_op(">="))
+                op = CmpOp::kGe;
+            else if (is_name("in"))
+                op = CmpOp::kIn;
             else if (is_name("not") && peek().type == Tok::kName && peek().text == "in") {
                 op = CmpOp::kNotIn;
                 advance();
@@ -916,11 +953,9 @@ private:
         return binary_chain(out, &Parser::parse_math2, {{"~", BinOp::kConcat}});
     }
     Status parse_math2(ExprPtr* out) {
-        return binary_chain(out, &Parser::parse_pow,
-                            {{"*", BinOp::kMul},
-                             {"/", BinOp::kDiv},
-                             {"//", BinOp::kFloorDiv},
-                             {"%", BinOp::kMod}});
+        return binary_chain(
+            out, &Parser::parse_pow,
+            {{"*", BinOp::kMul}, {"/", BinOp::kDiv}, {"//", BinOp::kFloorDiv}, {"%", BinOp::kMod}});
     }
     Status parse_pow(ExprPtr* out) {
         return binary_chain(out, &Parser::parse_unary_filtered, {{"**", BinOp::kPow}});

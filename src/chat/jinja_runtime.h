@@ -60,10 +60,10 @@ struct Callable {
     enum class Type : uint8_t { kGlobal, kMacro, kMethod };
     Type type = Type::kGlobal;
     std::string name;
-    GlobalFn global = nullptr;  // kGlobal
-    const Stmt* macro = nullptr;  // kMacro: a kMacro statement, or a kCallBlock (caller)
+    GlobalFn global = nullptr;       // kGlobal
+    const Stmt* macro = nullptr;     // kMacro: a kMacro statement, or a kCallBlock (caller)
     std::shared_ptr<Scope> closure;  // kMacro
-    Value self;  // kMethod: the bound object
+    Value self;                      // kMethod: the bound object
 };
 
 struct LoopInfo {
@@ -76,7 +76,7 @@ struct LoopInfo {
 enum class Flow : uint8_t { kNormal, kBreak, kContinue, kError };
 
 class Interp {
-public:
+  public:
     Interp(const JinjaOptions& options, const Value& context);
     ~Interp();
 
@@ -91,6 +91,8 @@ public:
     void fail_undefined(int line, const Value& v);
     // Charges `bytes` of new strings/lists to the allocation budget; false (failed) when over.
     bool charge(size_t bytes, int line);
+    // Charges `n` steps of work done inside one operation (scans, sorts) to the step budget.
+    bool charge_steps(uint64_t n, int line);
     Value new_string(std::string s, int line);
     Value new_list(std::vector<Value> items, int line, bool is_tuple = false);
     Value new_namespace();
@@ -111,7 +113,7 @@ public:
 
     const JinjaOptions& options() const { return opts_; }
 
-private:
+  private:
     friend struct InterpAccess;
     Value eval(const Expr& e);
     Value eval_binary(const Expr& e);
@@ -141,7 +143,10 @@ private:
     int depth_ = 0;
     bool failed_ = false;
     Status status_;
-    std::vector<std::shared_ptr<Namespace>> namespaces_;  // cleared at the end (breaks cycles)
+    // Cleared at the end of the render: a namespace may hold a list holding itself, and a scope
+    // holds the macros defined in it while each macro holds that scope.
+    std::vector<std::shared_ptr<Namespace>> namespaces_;
+    std::vector<std::shared_ptr<Scope>> macro_scopes_;
 };
 
 // Built-in tables (jinja_builtins.cc). Null when the name is unknown.

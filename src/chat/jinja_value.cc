@@ -7,7 +7,6 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-
 namespace ferrox::jinja {
 
 Value Value::string(std::string s) {
@@ -66,30 +65,49 @@ Value make_object(std::vector<std::pair<std::string, Value>> items) {
 bool truthy(const Value& v) {
     switch (v.kind()) {
         case Value::Kind::kUndefined:
-        case Value::Kind::kNone: return false;
-        case Value::Kind::kBool: return v.as_bool();
-        case Value::Kind::kInt: return v.as_int() != 0;
-        case Value::Kind::kFloat: return v.as_double() != 0.0;
-        case Value::Kind::kString: return !v.str().empty();
-        case Value::Kind::kArray: return !v.arr().items.empty();
-        case Value::Kind::kObject: return !v.obj().items.empty();
-        default: return true;
+        case Value::Kind::kNone:
+            return false;
+        case Value::Kind::kBool:
+            return v.as_bool();
+        case Value::Kind::kInt:
+            return v.as_int() != 0;
+        case Value::Kind::kFloat:
+            return v.as_double() != 0.0;
+        case Value::Kind::kString:
+            return !v.str().empty();
+        case Value::Kind::kArray:
+            return !v.arr().items.empty();
+        case Value::Kind::kObject:
+            return !v.obj().items.empty();
+        default:
+            return true;
     }
 }
 
 const char* type_name(const Value& v) {
     switch (v.kind()) {
-        case Value::Kind::kUndefined: return "Undefined";
-        case Value::Kind::kNone: return "NoneType";
-        case Value::Kind::kBool: return "bool";
-        case Value::Kind::kInt: return "int";
-        case Value::Kind::kFloat: return "float";
-        case Value::Kind::kString: return "str";
-        case Value::Kind::kArray: return v.arr().is_tuple ? "tuple" : "list";
-        case Value::Kind::kObject: return "dict";
-        case Value::Kind::kNamespace: return "Namespace";
-        case Value::Kind::kCallable: return "function";
-        case Value::Kind::kLoop: return "LoopContext";
+        case Value::Kind::kUndefined:
+            return "Undefined";
+        case Value::Kind::kNone:
+            return "NoneType";
+        case Value::Kind::kBool:
+            return "bool";
+        case Value::Kind::kInt:
+            return "int";
+        case Value::Kind::kFloat:
+            return "float";
+        case Value::Kind::kString:
+            return "str";
+        case Value::Kind::kArray:
+            return v.arr().is_tuple ? "tuple" : "list";
+        case Value::Kind::kObject:
+            return "dict";
+        case Value::Kind::kNamespace:
+            return "Namespace";
+        case Value::Kind::kCallable:
+            return "function";
+        case Value::Kind::kLoop:
+            return "LoopContext";
     }
     return "object";
 }
@@ -246,12 +264,23 @@ void append_container(std::string& out, const Value& v, int depth) {
         return;
     }
     switch (v.kind()) {
-        case Value::Kind::kUndefined: return;
-        case Value::Kind::kNone: out += "None"; return;
-        case Value::Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
-        case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
-        case Value::Kind::kFloat: append_float_repr(out, v.as_double()); return;
-        case Value::Kind::kString: out += v.str(); return;
+        case Value::Kind::kUndefined:
+            return;
+        case Value::Kind::kNone:
+            out += "None";
+            return;
+        case Value::Kind::kBool:
+            out += v.as_bool() ? "True" : "False";
+            return;
+        case Value::Kind::kInt:
+            out += std::to_string(v.as_int());
+            return;
+        case Value::Kind::kFloat:
+            append_float_repr(out, v.as_double());
+            return;
+        case Value::Kind::kString:
+            out += v.str();
+            return;
         case Value::Kind::kArray: {
             const Array& a = v.arr();
             out += a.is_tuple ? '(' : '[';
@@ -289,8 +318,12 @@ void append_container(std::string& out, const Value& v, int depth) {
             out += "}>";
             return;
         }
-        case Value::Kind::kCallable: out += "<function>"; return;
-        case Value::Kind::kLoop: out += "<LoopContext>"; return;
+        case Value::Kind::kCallable:
+            out += "<function>";
+            return;
+        case Value::Kind::kLoop:
+            out += "<LoopContext>";
+            return;
     }
 }
 
@@ -317,8 +350,10 @@ bool equals_depth(const Value& a, const Value& b, int depth) {
     if (a.kind() != b.kind()) return false;
     switch (a.kind()) {
         case Value::Kind::kUndefined:
-        case Value::Kind::kNone: return true;
-        case Value::Kind::kString: return a.str() == b.str();
+        case Value::Kind::kNone:
+            return true;
+        case Value::Kind::kString:
+            return a.str() == b.str();
         case Value::Kind::kArray: {
             const Array& x = a.arr();
             const Array& y = b.arr();
@@ -337,7 +372,8 @@ bool equals_depth(const Value& a, const Value& b, int depth) {
             }
             return true;
         }
-        default: return a.payload() == b.payload();
+        default:
+            return a.payload() == b.payload();
     }
 }
 }  // namespace
@@ -352,14 +388,36 @@ void json_escape(std::string& out, std::string_view s, bool ensure_ascii) {
     while (i < s.size()) {
         unsigned char c = static_cast<unsigned char>(s[i]);
         switch (c) {
-            case '"': out += "\\\""; ++i; continue;
-            case '\\': out += "\\\\"; ++i; continue;
-            case '\n': out += "\\n"; ++i; continue;
-            case '\r': out += "\\r"; ++i; continue;
-            case '\t': out += "\\t"; ++i; continue;
-            case '\b': out += "\\b"; ++i; continue;
-            case '\f': out += "\\f"; ++i; continue;
-            default: break;
+            case '"':
+                out += "\\\"";
+                ++i;
+                continue;
+            case '\\':
+                out += "\\\\";
+                ++i;
+                continue;
+            case '\n':
+                out += "\\n";
+                ++i;
+                continue;
+            case '\r':
+                out += "\\r";
+                ++i;
+                continue;
+            case '\t':
+                out += "\\t";
+                ++i;
+                continue;
+            case '\b':
+                out += "\\b";
+                ++i;
+                continue;
+            case '\f':
+                out += "\\f";
+                ++i;
+                continue;
+            default:
+                break;
         }
         if (c < 0x20) {
             char buf[8];
@@ -406,9 +464,15 @@ struct Dumper {
             return false;
         }
         switch (v.kind()) {
-            case Value::Kind::kNone: out += "null"; return true;
-            case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return true;
-            case Value::Kind::kInt: out += std::to_string(v.as_int()); return true;
+            case Value::Kind::kNone:
+                out += "null";
+                return true;
+            case Value::Kind::kBool:
+                out += v.as_bool() ? "true" : "false";
+                return true;
+            case Value::Kind::kInt:
+                out += std::to_string(v.as_int());
+                return true;
             case Value::Kind::kFloat: {
                 double d = v.as_double();
                 if (std::isnan(d))
@@ -419,7 +483,9 @@ struct Dumper {
                     append_float_repr(out, d);
                 return true;
             }
-            case Value::Kind::kString: json_escape(out, v.str(), o.ensure_ascii); return true;
+            case Value::Kind::kString:
+                json_escape(out, v.str(), o.ensure_ascii);
+                return true;
             case Value::Kind::kArray: {
                 const auto& items = v.arr().items;
                 if (items.empty()) {
@@ -461,7 +527,8 @@ struct Dumper {
                 return true;
             }
             default:
-                *error = std::string("Object of type ") + type_name(v) + " is not JSON serializable";
+                *error =
+                    std::string("Object of type ") + type_name(v) + " is not JSON serializable";
                 return false;
         }
     }
@@ -486,9 +553,15 @@ bool from_json(const ojson& j, Value* out, int depth, int max_depth, std::string
         return false;
     }
     switch (j.type()) {
-        case ojson::value_t::null: *out = Value::none(); return true;
-        case ojson::value_t::boolean: *out = Value::boolean(j.get<bool>()); return true;
-        case ojson::value_t::number_integer: *out = Value::integer(j.get<int64_t>()); return true;
+        case ojson::value_t::null:
+            *out = Value::none();
+            return true;
+        case ojson::value_t::boolean:
+            *out = Value::boolean(j.get<bool>());
+            return true;
+        case ojson::value_t::number_integer:
+            *out = Value::integer(j.get<int64_t>());
+            return true;
         case ojson::value_t::number_unsigned: {
             uint64_t u = j.get<uint64_t>();
             if (u > static_cast<uint64_t>(INT64_MAX))
@@ -497,8 +570,12 @@ bool from_json(const ojson& j, Value* out, int depth, int max_depth, std::string
                 *out = Value::integer(static_cast<int64_t>(u));
             return true;
         }
-        case ojson::value_t::number_float: *out = Value::number(j.get<double>()); return true;
-        case ojson::value_t::string: *out = Value::string(j.get<std::string>()); return true;
+        case ojson::value_t::number_float:
+            *out = Value::number(j.get<double>());
+            return true;
+        case ojson::value_t::string:
+            *out = Value::string(j.get<std::string>());
+            return true;
         case ojson::value_t::array: {
             std::vector<Value> items(j.size());
             for (size_t i = 0; i < j.size(); ++i)
@@ -517,7 +594,9 @@ bool from_json(const ojson& j, Value* out, int depth, int max_depth, std::string
             *out = make_object(std::move(items));
             return true;
         }
-        default: *error = "unsupported JSON value"; return false;
+        default:
+            *error = "unsupported JSON value";
+            return false;
     }
 }
 

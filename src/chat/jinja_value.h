@@ -27,7 +27,7 @@ struct Callable;
 struct LoopInfo;
 
 class Value {
-public:
+  public:
     enum class Kind : uint8_t {
         kUndefined,
         kNone,
@@ -35,14 +35,22 @@ public:
         kInt,
         kFloat,
         kString,
-        kArray,  // list or tuple (Array::is_tuple)
+        kArray,   // list or tuple (Array::is_tuple)
         kObject,  // dict with string keys, insertion-ordered
         kNamespace,
         kCallable,  // global function, macro or bound method
-        kLoop,  // the `loop` variable of a for block
+        kLoop,      // the `loop` variable of a for block
     };
     // Why a value is undefined, for the error message when it is used.
-    enum class UndefinedWhy : uint8_t { kName, kDictAttr, kListAttr, kStrAttr, kOtherAttr, kIndex };
+    enum class UndefinedWhy : uint8_t {
+        kName,
+        kDictAttr,
+        kListAttr,
+        kStrAttr,
+        kOtherAttr,
+        kUnsafe,  // a mutating method the sandbox refuses (list.append, dict.update...)
+        kIndex,
+    };
 
     Value() : kind_(Kind::kUndefined), why_(UndefinedWhy::kName), i_(0) {}
     // An undefined value remembering the (AST-owned, so stable) name that produced it.
@@ -50,6 +58,13 @@ public:
         Value v;
         v.name_ = name;
         v.why_ = why;
+        return v;
+    }
+    // Same, for a name owned by a string value (a computed key).
+    static Value undefined_owned(std::shared_ptr<const std::string> name, UndefinedWhy why) {
+        Value v;
+        v.why_ = why;
+        v.p_ = std::move(name);
         return v;
     }
     static Value none() {
@@ -107,21 +122,24 @@ public:
 
     bool as_bool() const { return b_; }
     int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
-    double as_double() const {
-        return kind_ == Kind::kFloat ? f_ : static_cast<double>(as_int());
-    }
+    double as_double() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(as_int()); }
     const std::string& str() const { return *static_cast<const std::string*>(p_.get()); }
     const Array& arr() const { return *static_cast<const Array*>(p_.get()); }
     const Object& obj() const { return *static_cast<const Object*>(p_.get()); }
-    Namespace& nspace() const { return *static_cast<Namespace*>(p_.get()); }
+    // The one mutable payload (see the file comment).
+    Namespace& nspace() const {
+        return *const_cast<Namespace*>(static_cast<const Namespace*>(p_.get()));
+    }
     const Callable& fn() const { return *static_cast<const Callable*>(p_.get()); }
     const LoopInfo& loop_info() const { return *static_cast<const LoopInfo*>(p_.get()); }
-    const std::shared_ptr<void>& payload() const { return p_; }
+    const std::shared_ptr<const void>& payload() const { return p_; }
 
-    const std::string* undefined_name() const { return name_; }
+    const std::string* undefined_name() const {
+        return p_ ? static_cast<const std::string*>(p_.get()) : name_;
+    }
     UndefinedWhy undefined_why() const { return why_; }
 
-private:
+  private:
     Kind kind_;
     UndefinedWhy why_;
     union {
@@ -130,7 +148,7 @@ private:
         double f_;
         const std::string* name_;
     };
-    std::shared_ptr<void> p_;
+    std::shared_ptr<const void> p_;
 };
 
 struct Array {

@@ -1,5 +1,8 @@
 // ferrox: the command-line front end. `ferrox run` generates from a prompt, `ferrox tokenize`
 // prints token ids. Errors are one line on stderr and a non-zero exit.
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +18,8 @@
 #include "loader/gguf.h"
 #include "kernels/quants.h"
 #include "model/model.h"
+#include "server/api_server.h"
+#include "engine/engine.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -228,9 +233,121 @@ int cmd_run(int argc, char** argv) {
     return 0;
 }
 
+
+const std::vector<FlagSpec> kServeFlags = {
+    {{"-m", "--model"}, true, "model file (GGUF)"},
+    {{"--host"}, true, "address to bind (default 127.0.0.1)"},
+    {{"--port"}, true, "port (default 8080)"},
+    {{"-c", "--ctx-size"}, true, "KV cache size in tokens, shared by all slots (default 4096)"},
+    {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
+    {{"-t", "--threads"}, true, "threads (default: all cores)"},
+    {{"-b", "--batch-size"}, true, "tokens per forward step (default 512)"},
+    {{"--alias"}, true, "model name to report and accept"},
+    {{"--api-key"}, true, "require this API key (repeatable)"},
+    {{"--api-key-file"}, true, "file with one API key per line"},
+    {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
+    {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
+    {{"-h", "--help"}, false, "this help"},
+};
+
+int cmd_serve(int argc, char** argv) {
+    // --api-key may repeat: collect every value before the single-value parser sees them.
+    std::vector<std::string> keys;
+    std::vector<char*> rest;
+    for (int i = 0; i < argc; ++i) {
+        if (i >= 2 && std::string(argv[i]) == "--api-key" && i + 1 < argc) {
+            keys.push_back(argv[++i]);
+        } else {
+            rest.push_back(argv[i]);
+        }
+    }
+    auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), 2, kServeFlags);
+    if (!args.has_value()) return fail(args.status());
+    if (args->has("-h")) {
+        std::printf("usage: ferrox serve -m MODEL [options]\n%s", usage(kServeFlags).c_str());
+        return 0;
+    }
+    auto model_path = args->get("-m");
+    if (!model_path) return fail(invalid_argument("no model: give -m MODEL"));
+    auto port = args->get_int("--port", 8080);
+    auto n_ctx = args->get_int("-c", 4096);
+    auto n_par = args->get_int("-np", 4);
+    auto n_threads = args->get_int("-t", 0);
+    auto n_batch = args->get_int("-b", 512);
+    auto n_predict = args->get_int("-n", -1);
+    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict}) {
+        if (!e->has_value()) return fail(e->status());
+    }
+    if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+    if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 1) {
+        return fail(invalid_argument("-c must be >= 16, -np and -b >= 1, -t >= 0"));
+    }
+    if (auto f = args->get("--api-key-file")) {
+        auto text = read_file(*f);
+        if (!text.has_value()) return fail(text.status());
+        size_t pos = 0;
+        while (pos < text->size()) {
+            size_t nl = text->find('\n', pos);
+            if (nl == std::string::npos) nl = text->size();
+            std::string k = text->substr(pos, nl - pos);
+            while (!k.empty() && (k.back() == '\r' || k.back() == ' ')) k.pop_back();
+            if (!k.empty()) keys.push_back(k);
+            pos = nl + 1;
+        }
+    }
+    ApiServerOptions so;
+    so.http.host = args->get("--host").value_or("127.0.0.1");
+    so.http.port = *port;
+    so.api_keys = keys;
+    so.alias = args->get("--alias").value_or("");
+    so.default_max_tokens = *n_predict;
+    if (auto f = args->get("--chat-template-file")) {
+        auto text = read_file(*f);
+        if (!text.has_value()) return fail(text.status());
+        so.chat_template_override = *text;
+    }
+
+    // Signals are taken by sigwait() below, never delivered to a worker thread.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+    auto server = ApiServer::start(so);
+    if (!server.has_value()) return fail(server.status());
+    std::fprintf(stderr, "ferrox: listening on http://%s:%d (loading %s)\n", so.http.host.c_str(),
+                 (*server)->port(), model_path->c_str());
+
+    ModelOptions mo;
+    mo.n_threads = *n_threads;
+    mo.max_ctx = *n_ctx;
+    mo.max_batch_tokens = *n_batch;
+    auto model = load_model(*model_path, mo);
+    if (!model.has_value()) return fail(model.status());
+    EngineOptions eo;
+    eo.n_parallel = *n_par;
+    eo.n_ctx = *n_ctx;
+    eo.max_batch_tokens = *n_batch;
+    auto engine = Engine::create(*model, eo);
+    if (!engine.has_value()) return fail(engine.status());
+    const int ceiling = (*engine)->context_ceiling();
+    Status st = (*server)->set_engine(std::move(*engine));
+    if (!st.is_ok()) return fail(st);
+    std::fprintf(stderr, "ferrox: ready: model %s (%.0f ms to load), context %d tokens, %d slots\n",
+                 (*model)->name.c_str(), (*model)->load_ms, ceiling, *n_par);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "ferrox: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    (*server)->shutdown(5000);
+    return 0;
+}
+
 void print_usage() {
     std::printf(
         "usage: ferrox <command> [options]\n"
+        "  serve     serve a model over HTTP: OpenAI and llama.cpp routes (ferrox serve -h)\n"
         "  run       generate text from a prompt (ferrox run -h)\n"
         "  tokenize  print the token ids of a text (ferrox tokenize -h)\n");
 }
@@ -245,6 +362,7 @@ int main(int argc, char** argv) {
         return argc < 2 ? 1 : 0;
     }
     const std::string cmd = argv[1];
+    if (cmd == "serve") return cmd_serve(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "tokenize") return cmd_tokenize(argc, argv);
     std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());

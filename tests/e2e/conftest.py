@@ -1,0 +1,69 @@
+"""Starts the real `ferrox serve` on a free loopback port for the e2e tests and stops it after."""
+import os
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("FERROX_BIN", os.path.join(ROOT, "build/bin/ferrox"))
+MODEL = os.environ.get("FERROX_MODEL", os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port), "-t", "1",
+             "-c", "2048", "-np", "4", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("ferrox serve exited: " + self.proc.stdout.read())
+            try:
+                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("ferrox serve did not become ready")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server():
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server()
+    yield s
+    rc = s.stop()
+    assert rc == 0, "SIGTERM must end the server with exit code 0"
+
+
+@pytest.fixture(scope="session")
+def keyed_server():
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server("--api-key", "sk-one", "--api-key", "sk-two")
+    yield s
+    s.stop()
