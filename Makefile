@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT ?= What is the capital of France?
 
-.PHONY: all setup build model test run clean format
+.PHONY: all setup build model test run serve clean format
 
 all: build
 
@@ -21,6 +21,12 @@ model: setup
 
 test: build model
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+serve: build model
+	@$(BUILD_DIR)/bin/ferrox serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 run: build model
 	@$(BUILD_DIR)/bin/ferrox run -m $(MODEL) --chat -p "$(PROMPT)" -n 64 --temp 0

@@ -26,5 +26,8 @@ fi
 # Python packages for the e2e tests (real clients). Skipped when already importable.
 if ! python3 -c "import openai, pytest, httpx" 2>/dev/null; then
   echo "setup: installing Python test packages"
-  python3 -m pip install --quiet --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"
+  req="$(dirname "$0")/requirements-test.txt"
+  # A Debian system Python refuses pip installs (PEP 668) unless told it may.
+  python3 -m pip install --quiet --disable-pip-version-check -r "$req" ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages -r "$req"
 fi
