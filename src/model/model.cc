@@ -162,9 +162,9 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->gate.resize(T * hp.n_ff);
     s->up.resize(T * hp.n_ff);
     s->proj.resize(T * hp.n_embd);
-    // The widest activation row in any act type is at most 4 bytes per element plus block
-    // headers; F32 (4 B/elem) bounds every format.
-    s->act.resize(T * (widest * 4 + 64));
+    // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
+    // activation format, plus alignment padding.
+    s->act.resize(kMaxMatJobs * (T * (widest * 4) + 64));
     s->scores.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kDecodeRows * hp.head_dim);
     s->pos.resize(T);
@@ -175,34 +175,74 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     return m;
 }
 
-// y (n_tok, n_out) = x (n_tok, n_in) · W^T, W of n_out rows. Activations are quantized once
-// to the weight's partner type; threads split the weight rows, each thread walking a tile of
-// rows for every token so a tile is read from memory once per call.
-void Model::matmul(const TensorView& w, const float* x, int n_tok, float* y) {
-    const QuantKernels& kq = quant_kernels(w.type);
-    const int64_t n_in = w.ne[0];
-    const int64_t n_out = w.ne[1];
-    const int64_t act_row = dtype_row_bytes(kq.act_type, n_in);
-    uint8_t* act = s_->act.data();
-    CHECK(static_cast<size_t>(act_row * n_tok) <= s_->act.size());
-    const int64_t w_row = w.row_bytes();
-    const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
-
-    pool_->run([&](int i_thread, int n_threads) {
-        // Quantize this thread's share of the token rows, then wait for the others.
-        int64_t t0, t1;
-        ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
-        for (int64_t t = t0; t < t1; ++t) kq.quantize_act_row(x + t * n_in, act + t * act_row, n_in);
-    });
+// Several products y_j (n_tok, n_out_j) = x_j (n_tok, n_in_j) · W_j^T in one parallel region
+// (one barrier, not one per matrix: on a busy machine every barrier may wait for a
+// descheduled thread). Each distinct (input, activation type) is quantized once, on this
+// thread for a few tokens and in parallel for long prompts; then threads split every
+// matrix's rows, each thread walking 16-row tiles for every token so a tile is read from
+// memory once per call.
+void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
+    CHECK(n_jobs >= 1 && n_jobs <= kMaxMatJobs);
+    struct Slot {
+        const float* x;
+        DType act_type;
+        int64_t n_in;
+        int64_t row_bytes;
+        uint8_t* data;
+        const QuantKernels* kq;  // quantizes rows to act_type
+    };
+    Slot slots[kMaxMatJobs];
+    int slot_of[kMaxMatJobs];
+    int n_slots = 0;
+    uint8_t* free_space = s_->act.data();
+    for (int j = 0; j < n_jobs; ++j) {
+        const DType at = quant_kernels(jobs[j].w->type).act_type;
+        int k = 0;
+        while (k < n_slots && !(slots[k].x == jobs[j].x && slots[k].act_type == at)) ++k;
+        if (k == n_slots) {
+            const int64_t n_in = jobs[j].w->ne[0];
+            const int64_t rb = dtype_row_bytes(at, n_in);
+            CHECK(free_space + rb * n_tok <= s_->act.data() + s_->act.size());
+            slots[n_slots++] = {jobs[j].x, at, n_in, rb, free_space, &quant_kernels(jobs[j].w->type)};
+            free_space += (rb * n_tok + 63) / 64 * 64;
+        }
+        slot_of[j] = k;
+    }
+    auto quantize = [&](int64_t t0, int64_t t1) {
+        for (int k = 0; k < n_slots; ++k) {
+            const Slot& sl = slots[k];
+            for (int64_t t = t0; t < t1; ++t) {
+                sl.kq->quantize_act_row(sl.x + t * sl.n_in, sl.data + t * sl.row_bytes, sl.n_in);
+            }
+        }
+    };
+    if (n_tok <= 8) {
+        quantize(0, n_tok);
+    } else {
+        pool_->run([&](int i_thread, int n_threads) {
+            int64_t t0, t1;
+            ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
+            quantize(t0, t1);
+        });
+    }
     pool_->run([&](int i_thread, int n_threads) {
         constexpr int64_t kTile = 16;
-        int64_t r0, r1;
-        ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
-        for (int64_t r = r0; r < r1; r += kTile) {
-            const int64_t nr = std::min(kTile, r1 - r);
-            for (int t = 0; t < n_tok; ++t) {
-                kq.vec_dot_rows(n_in, wdata + r * w_row, w_row, nr, act + t * act_row,
-                                y + t * n_out + r);
+        for (int j = 0; j < n_jobs; ++j) {
+            const TensorView& w = *jobs[j].w;
+            const QuantKernels& kq = quant_kernels(w.type);
+            const Slot& sl = slots[slot_of[j]];
+            const int64_t n_out = w.ne[1];
+            const int64_t w_row = w.row_bytes();
+            const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
+            float* y = jobs[j].y;
+            int64_t r0, r1;
+            ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
+            for (int64_t r = r0; r < r1; r += kTile) {
+                const int64_t nr = std::min(kTile, r1 - r);
+                for (int t = 0; t < n_tok; ++t) {
+                    kq.vec_dot_rows(sl.n_in, wdata + r * w_row, w_row, nr, sl.data + t * sl.row_bytes,
+                                    y + t * n_out + r);
+                }
             }
         }
     });
@@ -352,9 +392,10 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
             rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.attn_norm.data(),
                      s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
         }
-        matmul(*L.wq, s.xn.data(), n_tok, s.q.data());
-        matmul(*L.wk, s.xn.data(), n_tok, s.k.data());
-        matmul(*L.wv, s.xn.data(), n_tok, s.v.data());
+        const MatJob qkv[] = {{L.wq, s.xn.data(), s.q.data()},
+                              {L.wk, s.xn.data(), s.k.data()},
+                              {L.wv, s.xn.data(), s.v.data()}};
+        matmuls(qkv, 3, n_tok);
         for (int t = 0; t < n_tok; ++t) {
             float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim();
             float* k = s.k.data() + static_cast<size_t>(t) * hp.kv_dim();
@@ -385,17 +426,20 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
             fk.to_f16(v, kv.v_rows(blk, il) + off, hp.kv_dim());
         }
         attention(batch, kv, il);
-        matmul(*L.wo, s.att.data(), n_tok, s.proj.data());
+        const MatJob o[] = {{L.wo, s.att.data(), s.proj.data()}};
+        matmuls(o, 1, n_tok);
         vec_add(s.x.data(), s.proj.data(), s.x.data(), static_cast<int64_t>(n_tok) * E);
 
         for (int t = 0; t < n_tok; ++t) {
             rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.ffn_norm.data(),
                      s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
         }
-        matmul(*L.w_gate, s.xn.data(), n_tok, s.gate.data());
-        matmul(*L.w_up, s.xn.data(), n_tok, s.up.data());
+        const MatJob gate_up[] = {{L.w_gate, s.xn.data(), s.gate.data()},
+                                  {L.w_up, s.xn.data(), s.up.data()}};
+        matmuls(gate_up, 2, n_tok);
         silu_mul(s.gate.data(), s.up.data(), s.gate.data(), static_cast<int64_t>(n_tok) * hp.n_ff);
-        matmul(*L.w_down, s.gate.data(), n_tok, s.proj.data());
+        const MatJob down[] = {{L.w_down, s.gate.data(), s.proj.data()}};
+        matmuls(down, 1, n_tok);
         vec_add(s.x.data(), s.proj.data(), s.x.data(), static_cast<int64_t>(n_tok) * E);
     }
 
@@ -408,7 +452,10 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                  s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
         ++n_rows;
     }
-    if (n_rows > 0) matmul(*output_, s.xn.data(), n_rows, logits.data());
+    if (n_rows > 0) {
+        const MatJob out[] = {{output_, s.xn.data(), logits.data()}};
+        matmuls(out, 1, n_rows);
+    }
     return Status::ok();
 }
 

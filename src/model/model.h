@@ -84,7 +84,13 @@ public:
 private:
     Model() = default;
     struct Scratch;
-    void matmul(const TensorView& w, const float* x, int n_tok, float* y);
+    struct MatJob {
+        const TensorView* w;  // (n_in -> n_out)
+        const float* x;       // (n_tok, n_in)
+        float* y;             // (n_tok, n_out)
+    };
+    static constexpr int kMaxMatJobs = 3;
+    void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
     void attention(const Batch& batch, KvPool& kv, int il);
 
     ModelHParams hp_;
