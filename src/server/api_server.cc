@@ -15,6 +15,7 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr const char* kFingerprint = "fp_ferrox_0_1";
+constexpr size_t kMaxPendingBytes = 16 << 20;
 constexpr const char* kChatMlTemplate =
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -592,6 +593,10 @@ struct Generation : std::enable_shared_from_this<Generation> {
             return;
         }
         if (ev.kind == EngineEvent::Kind::kText) {
+            // A client that stopped reading: its queued output is capped, then it is cut off.
+            if (req.stream && res->pending_bytes() > kMaxPendingBytes) {
+                for (auto& h : handles) h->cancel();
+            }
             json lps = nullptr;
             if (req.logprobs && !ev.logprobs.empty()) {
                 if (chat) {

@@ -633,10 +633,14 @@ bool Connection::do_start_stream(uint64_t seq, int status, std::string content_t
     resp_started_ = streaming_ = true;
     chunked_ = !http10_;
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the end of the body is the end of the stream
-    bool has_cache_control = false;
-    for (const auto& [name, value] : extra) has_cache_control |= iequals(name, "cache-control");
+    bool has_cache_control = false, has_accel = false;
+    for (const auto& [name, value] : extra) {
+        has_cache_control |= iequals(name, "cache-control");
+        has_accel |= iequals(name, "x-accel-buffering");
+    }
     if (!has_cache_control) extra.emplace_back("Cache-Control", "no-cache");
-    extra.emplace_back("X-Accel-Buffering", "no");  // tells nginx-like proxies not to buffer
+    // Tells nginx-like proxies not to buffer the stream.
+    if (!has_accel) extra.emplace_back("X-Accel-Buffering", "no");
     enqueue(build_head(status, content_type, chunked_ ? Framing::kChunked : Framing::kUntilClose, 0,
                        extra),
             0);

@@ -122,8 +122,9 @@ class Client {
 
 struct Response {
     int status = 0;
-    std::map<std::string, std::string> headers;  // names lowercased
+    std::multimap<std::string, std::string> headers;  // names lowercased
     std::string body;
+    int n_headers(const std::string& name) const { return int(headers.count(name)); }
     std::string header(const std::string& name) const {
         auto it = headers.find(name);
         return it == headers.end() ? std::string() : it->second;
@@ -153,7 +154,7 @@ std::optional<Response> read_head(Client& c, milliseconds timeout = kTimeout) {
         size_t colon = line.find(':');
         std::string value = line.substr(colon + 1);
         while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-        r.headers[lower(line.substr(0, colon))] = value;
+        r.headers.emplace(lower(line.substr(0, colon)), value);
         pos = eol + 2;
     }
     return r;
@@ -431,7 +432,7 @@ TEST_F(HttpServerTest, StreamFromAnotherThreadArrivesIncrementally) {
     auto st = std::make_shared<State>();
     start([this, st](HttpRequest&&, std::shared_ptr<HttpResponder> res) {
         spawn([res, st] {
-            res->start_stream(200);
+            res->start_stream(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
             for (int i = 0; i < 20; ++i) {
                 res->write(sse_event("chunk " + std::to_string(i)));
                 st->n_written.store(i + 1);
@@ -448,6 +449,7 @@ TEST_F(HttpServerTest, StreamFromAnotherThreadArrivesIncrementally) {
     EXPECT_EQ(head->header("content-type"), "text/event-stream");
     EXPECT_EQ(head->header("cache-control"), "no-cache");
     EXPECT_EQ(head->header("transfer-encoding"), "chunked");
+    EXPECT_EQ(head->n_headers("x-accel-buffering"), 1);  // the caller's, not doubled
 
     auto first = read_chunk(c);
     auto t_first = Clock::now();
