@@ -247,6 +247,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--api-key-file"}, true, "file with one API key per line"},
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
     {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
+    {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
     {{"-h", "--help"}, false, "this help"},
 };
 
@@ -275,12 +276,13 @@ int cmd_serve(int argc, char** argv) {
     auto n_threads = args->get_int("-t", 0);
     auto n_batch = args->get_int("-b", 512);
     auto n_predict = args->get_int("-n", -1);
-    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict}) {
+    auto max_queue = args->get_int("--max-queue", 64);
+    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue}) {
         if (!e->has_value()) return fail(e->status());
     }
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
-    if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 1) {
-        return fail(invalid_argument("-c must be >= 16, -np and -b >= 1, -t >= 0"));
+    if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 1 || *max_queue < 0) {
+        return fail(invalid_argument("-c must be >= 16, -np and -b >= 1, -t and --max-queue >= 0"));
     }
     if (auto f = args->get("--api-key-file")) {
         auto text = read_file(*f);
@@ -329,6 +331,7 @@ int cmd_serve(int argc, char** argv) {
     eo.n_parallel = *n_par;
     eo.n_ctx = *n_ctx;
     eo.max_batch_tokens = *n_batch;
+    eo.max_queue = *max_queue;
     auto engine = Engine::create(*model, eo);
     if (!engine.has_value()) return fail(engine.status());
     const int ceiling = (*engine)->context_ceiling();

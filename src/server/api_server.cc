@@ -533,6 +533,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
     std::vector<Choice> choices;
     std::vector<std::shared_ptr<RequestHandle>> handles;
     int n_done = 0;
+    bool aborted = false;  // a later choice was refused: the response was the error
     int n_prompt = 0;
     int n_completion = 0;
     bool failed = false;
@@ -587,6 +588,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
 
     void on_event(int index, EngineEvent&& ev) {
         std::lock_guard<std::mutex> lk(mu);
+        if (aborted) return;
         Choice& ch = choices[index];
         if (ev.kind == EngineEvent::Kind::kProgress) {
             if (req.stream) res->write(": keep-alive\n\n");
@@ -783,41 +785,39 @@ void ApiServer::State::route_chat(const json& body, std::shared_ptr<HttpResponde
     g->created = unix_now();
     g->choices.resize(g->req.n);
     g->n_prompt = static_cast<int>(prompt.size());
-    if (g->req.stream) {
-        res->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-        if (chat) {
-            std::lock_guard<std::mutex> lk(g->mu);
-            for (int i = 0; i < g->req.n; ++i) {
-                json c = g->chunk_base();
-                c["choices"] = json::array(
-                    {{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-                res->write(sse_event(dump(c)));
-            }
-        }
-    }
-    for (int i = 0; i < g->req.n; ++i) {
-        GenerationParams p = g->req.params;
-        p.sampling.seed += static_cast<uint64_t>(i);
-        auto h = engine->submit(prompt, std::move(p), [g, i](EngineEvent&& ev) { g->on_event(i, std::move(ev)); });
-        if (!h.has_value()) {
-            // Earlier choices of this request are cancelled; the client gets the error.
-            for (auto& prev : g->handles) prev->cancel();
-            std::lock_guard<std::mutex> lk(g->mu);
-            g->failed = true;
-            g->error = from_status(h.status(), h.status().code() == StatusCode::kInvalidArgument ? "messages" : "");
-            if (g->req.stream) {
-                res->write(sse_event(error_body(g->error)));
-                res->write("data: [DONE]\n\n");
-                res->end();
-            } else {
-                send_error(*res, g->error);
-            }
-            // Mark the missing choices done so late events of cancelled ones find nothing to send.
-            g->n_done = -1000;
-            return;
-        }
+    // Submit every choice before answering, holding the generation's lock so that no engine
+    // event is written before the stream has started: a refused request (queue full, too long)
+    // still gets its proper HTTP status instead of an error inside a 200 stream.
+    {
         std::lock_guard<std::mutex> lk(g->mu);
-        g->handles.push_back(*h);
+        for (int i = 0; i < g->req.n; ++i) {
+            GenerationParams p = g->req.params;
+            p.sampling.seed += static_cast<uint64_t>(i);
+            auto h = engine->submit(prompt, std::move(p),
+                                    [g, i](EngineEvent&& ev) { g->on_event(i, std::move(ev)); });
+            if (!h.has_value()) {
+                for (auto& prev : g->handles) prev->cancel();
+                g->aborted = true;  // events of the cancelled choices are dropped
+                send_error(*res, from_status(h.status(), h.status().code() == StatusCode::kInvalidArgument
+                                                             ? (chat ? "messages" : "prompt")
+                                                             : ""));
+                return;
+            }
+            g->handles.push_back(*h);
+        }
+        if (g->req.stream) {
+            res->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+            if (chat) {
+                for (int i = 0; i < g->req.n; ++i) {
+                    json c = g->chunk_base();
+                    c["choices"] = json::array({{{"index", i},
+                                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                 {"logprobs", nullptr},
+                                                 {"finish_reason", nullptr}}});
+                    res->write(sse_event(dump(c)));
+                }
+            }
+        }
     }
     std::weak_ptr<Generation> weak = g;
     res->on_disconnect([weak] {

@@ -67,3 +67,13 @@ def keyed_server():
     s = Server("--api-key", "sk-one", "--api-key", "sk-two")
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_queue_server():
+    """One slot and room for one waiting request: the third concurrent request gets a 429."""
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server("-np", "1", "--max-queue", "1")
+    yield s
+    s.stop()

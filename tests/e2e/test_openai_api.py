@@ -192,3 +192,24 @@ def test_utility_routes(server):
     assert httpx.post(server.base + "/detokenize", json={"tokens": ids}).json()["content"] == "Hello world"
     p = httpx.post(server.base + "/apply-template", json={"messages": MSG}).json()["prompt"]
     assert p.endswith("<|im_start|>assistant\n") and "What is the capital of France?" in p
+
+
+def test_queue_full_is_429_with_retry_after(tiny_queue_server):
+    base = tiny_queue_server.base
+    body = {"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 400,
+            "temperature": 0, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as running:
+        next(running.iter_lines())  # the first request holds the only slot
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as waiting:
+            assert waiting.status_code == 200  # queued (its stream has started)
+            r = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+            assert r.status_code == 429
+            assert r.headers.get("retry-after") == "1"
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.RateLimitError):
+                c.chat.completions.create(model=ID, messages=MSG, max_tokens=2)
+    # Both streams closed: their requests are cancelled (within a step) and the server serves
+    # again; a client that honours Retry-After gets through.
+    c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=5, timeout=60)
+    assert c.chat.completions.create(model=ID, messages=MSG, max_tokens=2).usage.completion_tokens == 2
