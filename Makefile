@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 PRESET ?= release
 JOBS ?= $(shell nproc)
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-PROMPT ?= What is the capital of France?
+PROMPT ?= What is the capital of France? Answer in one sentence.
 
 .PHONY: all setup build model test run serve clean format
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "chat/builtin_format.h"
+#include "chat/jinja.h"
 #include "cli/args.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
@@ -42,7 +43,7 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--presence-penalty"}, true, "presence penalty (default 0)"},
     {{"--frequency-penalty"}, true, "frequency penalty (default 0)"},
     {{"--seed", "-s"}, true, "sampling seed"},
-    {{"--chat"}, false, "wrap the prompt as one user turn in the model's chat format"},
+    {{"--chat"}, false, "render the prompt as one user turn with the model's chat template"},
     {{"--ids"}, false, "print generated token ids instead of text"},
     {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
@@ -170,11 +171,36 @@ int cmd_run(int argc, char** argv) {
 
     std::string prompt = *text;
     if (args->has("--chat")) {
+        // The model's own chat template, as the server renders it; the built-in formats only
+        // when the model has none.
         auto tmpl = gguf->get_string("tokenizer.chat_template");
-        std::optional<BuiltinChatFormat> fmt;
-        if (tmpl.has_value() && tmpl->has_value()) fmt = detect_chat_format(**tmpl);
-        if (!fmt) fmt = BuiltinChatFormat::kChatML;
-        prompt = format_single_user_turn(*fmt, prompt);
+        if (tmpl.has_value() && tmpl->has_value()) {
+            auto parsed = JinjaTemplate::parse(**tmpl);
+            if (!parsed.has_value()) return fail(parsed.status());
+            const Tokenizer& tk = **tok;
+            ChatTemplateInputs in;
+            std::string escaped;
+            for (unsigned char c : prompt) {
+                if (c == '"' || c == '\\') {
+                    escaped += '\\';
+                    escaped += static_cast<char>(c);
+                } else if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    escaped += buf;
+                } else {
+                    escaped += static_cast<char>(c);
+                }
+            }
+            in.messages_json = "[{\"role\": \"user\", \"content\": \"" + escaped + "\"}]";
+            if (tk.bos() >= 0) in.bos_token = std::string(tk.token_text(tk.bos()));
+            if (tk.eos() >= 0) in.eos_token = std::string(tk.token_text(tk.eos()));
+            auto rendered = render_chat_template(*parsed, in);
+            if (!rendered.has_value()) return fail(rendered.status());
+            prompt = *rendered;
+        } else {
+            prompt = format_single_user_turn(BuiltinChatFormat::kChatML, prompt);
+        }
     }
     std::vector<int32_t> ids = (*tok)->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
     if (ids.empty()) return fail(invalid_argument("the prompt is empty after tokenization"));
