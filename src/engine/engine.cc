@@ -1,7 +1,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -32,6 +34,7 @@ struct Engine::Seq {
     std::unique_ptr<TextStream> text;
     std::unique_ptr<SeqKv> kv;
     bool done = false;
+    std::chrono::steady_clock::time_point t_submit, t_last_token;
 
     bool prefilling() const { return n_in_kv < n_prompt; }
 };
@@ -93,6 +96,7 @@ Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> pro
     s->max_total = std::min(s->max_total, ceiling_);
     s->params = std::move(params);
     s->sink = std::move(sink);
+    s->t_submit = std::chrono::steady_clock::now();
     auto handle = s->handle;
     {
         std::lock_guard<std::mutex> lk(mu_);
@@ -118,6 +122,28 @@ Engine::Stats Engine::stats() const {
     st.n_generated_tokens = n_generated_tokens_.load();
     st.n_requests = n_requests_.load();
     return st;
+}
+
+std::string Engine::prometheus() const {
+    const Stats st = stats();
+    std::string out;
+    char buf[256];
+    auto metric = [&](const char* name, const char* type, const char* help, double v) {
+        std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+        out += buf;
+    };
+    metric("ferrox_requests_running", "gauge", "Requests generating now.", st.n_running);
+    metric("ferrox_requests_waiting", "gauge", "Requests queued for a slot or KV room.", st.n_waiting);
+    metric("ferrox_kv_blocks_used", "gauge", "KV cache blocks in use.", st.kv_blocks_used);
+    metric("ferrox_kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
+    metric("ferrox_requests_total", "counter", "Requests admitted to generation.", static_cast<double>(st.n_requests));
+    metric("ferrox_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(st.n_prompt_tokens));
+    metric("ferrox_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(st.n_generated_tokens));
+    metric("ferrox_prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.", 0);
+    metric("ferrox_preemptions_total", "counter", "Sequences preempted for KV room.", 0);
+    out += ttft_.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
+    out += itl_.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+    return out;
 }
 
 void Engine::finish(Seq& s, FinishReason why, Status error) {
@@ -148,6 +174,13 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
 // sequence ends.
 void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
     const Tokenizer& tok = *model_->tokenizer;
+    const auto now = std::chrono::steady_clock::now();
+    if (s.n_generated == 0) {
+        ttft_.observe(std::chrono::duration<double>(now - s.t_submit).count());
+    } else {
+        itl_.observe(std::chrono::duration<double>(now - s.t_last_token).count());
+    }
+    s.t_last_token = now;
     s.tokens.push_back(token);
     ++s.n_generated;
     n_generated_tokens_.fetch_add(1, std::memory_order_relaxed);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/histogram.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 
@@ -111,6 +112,8 @@ public:
         uint64_t n_prompt_tokens = 0, n_generated_tokens = 0, n_requests = 0;
     };
     Stats stats() const;
+    // Prometheus text for /metrics: gauges, counters and the latency histograms.
+    std::string prometheus() const;
 
     // Cancels every request (each gets its kDone) and joins the engine thread.
     void shutdown();
@@ -143,6 +146,8 @@ private:
 
     std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};
+    Histogram ttft_;  // submit to first token
+    Histogram itl_;   // between consecutive tokens of one request
     std::thread thread_;
 };
 

@@ -838,7 +838,8 @@ void ApiServer::State::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> 
                                     {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"},
                                     {"/tokenize", "POST"},       {"/detokenize", "POST"},
                                     {"/apply-template", "POST"}, {"/models", "GET"},
-                                    {"/chat/completions", "POST"}, {"/completions", "POST"}};
+                                    {"/chat/completions", "POST"}, {"/completions", "POST"},
+                                    {"/metrics", "GET"}};
     const Route* route = nullptr;
     for (const Route& r : kRoutes) {
         if (path == r.path) route = &r;
@@ -884,6 +885,10 @@ void ApiServer::State::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> 
         e.type = "server_error";
         e.message = stopping.load() ? "The server is shutting down." : "The model is still loading.";
         send_error(*res, e);
+        return;
+    }
+    if (path == "/metrics") {
+        res->send(200, engine->prometheus(), "text/plain; version=0.0.4");
         return;
     }
     if (route->method == std::string("GET")) {

@@ -213,3 +213,18 @@ def test_queue_full_is_429_with_retry_after(tiny_queue_server):
     # again; a client that honours Retry-After gets through.
     c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=5, timeout=60)
     assert c.chat.completions.create(model=ID, messages=MSG, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_metrics_prometheus(server, client):
+    before = httpx.get(server.base + "/metrics")
+    assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
+    greedy(client, max_tokens=3)
+
+    def value(text, name):
+        return float(next(l.split()[-1] for l in text.splitlines() if l.startswith(name + " ")))
+
+    after = httpx.get(server.base + "/metrics").text
+    assert value(after, "ferrox_generated_tokens_total") >= value(before.text, "ferrox_generated_tokens_total") + 3
+    assert value(after, "ferrox_kv_blocks_total") > 0
+    assert value(after, "ferrox_time_to_first_token_seconds_count") >= 1
+    assert 'ferrox_inter_token_latency_seconds_bucket{le="+Inf"}' in after
