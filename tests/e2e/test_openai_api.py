@@ -194,21 +194,39 @@ def test_utility_routes(server):
     assert p.endswith("<|im_start|>assistant\n") and "What is the capital of France?" in p
 
 
+def metric(base, name):
+    text = httpx.get(base + "/metrics").text
+    return float(next(l.split()[-1] for l in text.splitlines() if l.startswith(name + " ")))
+
+
 def test_queue_full_is_429_with_retry_after(tiny_queue_server):
     base = tiny_queue_server.base
     body = {"messages": [{"role": "user", "content": "Count to one thousand."}], "max_tokens": 400,
             "temperature": 0, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as running:
-        next(running.iter_lines())  # the first request holds the only slot
+        assert running.status_code == 200
+        # Keep the line iterator alive: a dropped httpx iterator closes the response, which
+        # the server rightly takes as a disconnect and cancels the request.
+        running_lines = running.iter_lines()
+        next(running_lines)  # the first request holds the only slot
         with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as waiting:
-            assert waiting.status_code == 200  # queued (its stream has started)
-            r = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+            assert waiting.status_code == 200  # accepted into the queue (its stream has started)
+            # One generating, one waiting: the queue (size 1) is full now.
+            deadline = time.time() + 10
+            while time.time() < deadline and not (metric(base, "ferrox_requests_running") == 1 and
+                                                  metric(base, "ferrox_requests_waiting") == 1):
+                time.sleep(0.05)
+            if metric(base, "ferrox_requests_waiting") != 1:
+                pytest.skip("could not hold one request running and one waiting: " +
+                            httpx.get(base + "/metrics").text[:400])
+            r = httpx.post(base + "/v1/chat/completions", json=dict(body, stream=False), timeout=60)
             assert r.status_code == 429
             assert r.headers.get("retry-after") == "1"
             assert r.json()["error"]["type"] == "rate_limit_error"
             c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
             with pytest.raises(openai.RateLimitError):
                 c.chat.completions.create(model=ID, messages=MSG, max_tokens=2)
+        del running_lines
     # Both streams closed: their requests are cancelled (within a step) and the server serves
     # again; a client that honours Retry-After gets through.
     c = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=5, timeout=60)
