@@ -57,6 +57,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> mo
     e->logits_.resize(static_cast<size_t>(opts.n_parallel + 1) * m.n_vocab());
     e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
     e->batch_.seqs.reserve(opts.n_parallel + 1);
+    e->in_batch_.reserve(opts.n_parallel + 1);
     e->thread_ = std::thread([p = e.get()] { p->run(); });
     return e;
 }
@@ -285,8 +286,8 @@ bool Engine::step() {
 
     batch_.tokens.clear();
     batch_.seqs.clear();
-    std::vector<Seq*> in_batch;
-    in_batch.reserve(running_.size());
+    std::vector<Seq*>& in_batch = in_batch_;  // reused: no allocation per step
+    in_batch.clear();
     int budget = opts_.max_batch_tokens;
     // Decoding sequences first (one token each), then prefill chunks in arrival order.
     for (int pass = 0; pass < 2; ++pass) {

@@ -143,6 +143,7 @@ private:
     std::vector<std::unique_ptr<Seq>> running_;
     std::vector<float> logits_;
     Batch batch_;
+    std::vector<Seq*> in_batch_;  // the sequences of batch_, in order
 
     std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};
