@@ -499,7 +499,7 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     set(DType::kQ4_1, dot_q4_1, vec_dot_rows4<BlockQ4_1, BlockQ8_1, blk_q4_1>);
     set(DType::kQ5_0, dot_q5_0, vec_dot_rows_loop<dot_q5_0>);
     set(DType::kQ5_1, dot_q5_1, vec_dot_rows_loop<dot_q5_1>);
-    set(DType::kQ8_0, dot_q8_0, vec_dot_rows4<BlockQ8_0, BlockQ8_0, blk_q8_0>);
+    set(DType::kQ8_0, dot_q8_0, vec_dot_rows_loop<dot_q8_0>);  // 4 rows measured ~8% slower
     set(DType::kQ4_K, dot_q4_k, vec_dot_rows_loop<dot_q4_k>);
     set(DType::kQ5_K, dot_q5_k, vec_dot_rows_loop<dot_q5_k>);
     set(DType::kQ6_K, dot_q6_k, vec_dot_rows_loop<dot_q6_k>);
