@@ -63,15 +63,31 @@ inline float sum_blocks(int64_t nb, F block) {
     return hsum_ps(acc) + off;
 }
 
+// One block of a row against one activation block, accumulated as ggml does.
+inline __m256 blk_q4_0(const BlockQ4_0& x, const BlockQ8_0& y, __m256 acc, float*) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
+    const __m256i qx = _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8i8(qx, load256(y.qs))), acc);
+}
+
+inline __m256 blk_q4_1(const BlockQ4_1& x, const BlockQ8_1& y, __m256 acc, float* off) {
+    *off += f16_to_f32(x.m) * f16_to_f32(y.s);
+    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
+    const __m256i p = dot_u8i8(unpack_nibbles(x.qs), load256(y.qs));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+}
+
+inline __m256 blk_q8_0(const BlockQ8_0& x, const BlockQ8_0& y, __m256 acc, float*) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8i8(load256(x.qs), load256(y.qs))), acc);
+}
+
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     DCHECK(n % kQK == 0);
     const auto* x = static_cast<const BlockQ4_0*>(w);
     const auto* y = static_cast<const BlockQ8_0*>(a);
-    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float*) {
-        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        const __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256i p = dot_i8i8(qx, load256(y[i].qs));
-        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float* off) {
+        return blk_q4_0(x[i], y[i], acc, off);
     });
 }
 
@@ -80,10 +96,7 @@ float dot_q4_1(int64_t n, const void* w, const void* a) {
     const auto* x = static_cast<const BlockQ4_1*>(w);
     const auto* y = static_cast<const BlockQ8_1*>(a);
     return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float* off) {
-        *off += f16_to_f32(x[i].m) * f16_to_f32(y[i].s);
-        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        const __m256i p = dot_u8i8(unpack_nibbles(x[i].qs), load256(y[i].qs));
-        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+        return blk_q4_1(x[i], y[i], acc, off);
     });
 }
 
@@ -119,10 +132,8 @@ float dot_q8_0(int64_t n, const void* w, const void* a) {
     DCHECK(n % kQK == 0);
     const auto* x = static_cast<const BlockQ8_0*>(w);
     const auto* y = static_cast<const BlockQ8_0*>(a);
-    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float*) {
-        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        const __m256i p = dot_i8i8(load256(x[i].qs), load256(y[i].qs));
-        return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    return sum_blocks(n / kQK, [&](int64_t i, __m256 acc, float* off) {
+        return blk_q8_0(x[i], y[i], acc, off);
     });
 }
 
@@ -132,24 +143,6 @@ float dot_q8_0(int64_t n, const void* w, const void* a) {
 // on their single accumulator (FMA latency). Four rows side by side share each activation
 // block and give the core four independent chains, while every row still adds its blocks in
 // the same order with the same operations: each result is bit-identical to the one-row kernel.
-
-inline __m256 blk_q4_0(const BlockQ4_0& x, const BlockQ8_0& y, __m256 acc, float*) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
-    const __m256i qx = _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8i8(qx, load256(y.qs))), acc);
-}
-
-inline __m256 blk_q4_1(const BlockQ4_1& x, const BlockQ8_1& y, __m256 acc, float* off) {
-    *off += f16_to_f32(x.m) * f16_to_f32(y.s);
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
-    const __m256i p = dot_u8i8(unpack_nibbles(x.qs), load256(y.qs));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-}
-
-inline __m256 blk_q8_0(const BlockQ8_0& x, const BlockQ8_0& y, __m256 acc, float*) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(x.d) * f16_to_f32(y.d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8i8(load256(x.qs), load256(y.qs))), acc);
-}
 
 template <typename WB, typename YB, __m256 (*Blk)(const WB&, const YB&, __m256, float*)>
 void vec_dot_rows4(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
