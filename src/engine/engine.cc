@@ -34,9 +34,18 @@ struct Engine::Seq {
     std::unique_ptr<TextStream> text;
     std::unique_ptr<SeqKv> kv;
     bool done = false;
+    bool admitted = false;        // admitted at least once (counted in the statistics)
+    bool preempted = false;       // set during a step; the sequence goes back to the queue
+    uint64_t order = 0;           // admission order: the highest is preempted first
+    int n_published = 0;          // leading blocks in the prefix cache (published or matched)
+    int n_cached = 0;             // prompt tokens reused from the cache at first admission
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
-    bool prefilling() const { return n_in_kv < n_prompt; }
+    // Positions to compute before decoding: the prompt, or, after a preemption, every token
+    // but the last sampled one (which the next decode step feeds).
+    int n_fill() const { return n_generated > 0 ? static_cast<int>(tokens.size()) - 1 : n_prompt; }
+    bool prefilling() const { return n_in_kv < n_fill(); }
+    bool caching(const EngineOptions& o) const { return o.prefix_cache && params.cache_prompt; }
 };
 
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
@@ -45,16 +54,29 @@ Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
 Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> model,
                                                  const EngineOptions& opts) {
     if (!model || !model->model) return invalid_argument("no model");
-    if (opts.n_parallel < 1 || opts.block_size < 1 || opts.n_ctx < 1 || opts.max_batch_tokens < 1) {
+    if (opts.n_parallel < 1 || opts.block_size < 1 || opts.n_ctx < 1 || opts.max_batch_tokens < 2) {
         return invalid_argument("engine options out of range");
     }
     std::unique_ptr<Engine> e(new Engine(std::move(model), opts));
-    const Model& m = *e->model_->model;
-    const int n_blocks = (opts.n_ctx + opts.block_size - 1) / opts.block_size;
-    e->kv_ = std::make_unique<KvPool>(m.kv_geometry(opts.block_size), n_blocks);
-    e->ceiling_ = std::min({n_blocks * opts.block_size, m.max_ctx(), m.hparams().n_ctx_train});
+    const ForwardModel& m = e->model_->forward_model();
+    FERROX_RETURN_IF_ERROR(m.check_kv_type(opts.kv_type));
+    const KvGeometry geo = m.kv_geometry(opts.block_size, opts.kv_type);
+    int64_t n_blocks = (static_cast<int64_t>(opts.n_ctx) + opts.block_size - 1) / opts.block_size;
+    if (opts.kv_budget_mib > 0) {
+        n_blocks = opts.kv_budget_mib * (int64_t{1} << 20) / static_cast<int64_t>(geo.block_bytes());
+        if (n_blocks < 1) {
+            return invalid_argument("a KV budget of " + std::to_string(opts.kv_budget_mib) +
+                                    " MiB is less than one block (" + std::to_string(geo.block_bytes()) +
+                                    " bytes for " + std::to_string(opts.block_size) + " tokens)");
+        }
+    }
+    n_blocks = std::min<int64_t>(n_blocks, (int64_t{1} << 30) / opts.block_size);
+    e->kv_ = std::make_unique<KvPool>(geo, static_cast<int>(n_blocks));
+    const int64_t pool_tokens = n_blocks * opts.block_size;
+    e->ceiling_ = static_cast<int>(std::min<int64_t>({pool_tokens, m.max_ctx(), m.n_ctx_train()}));
     e->opts_.max_batch_tokens = std::min(opts.max_batch_tokens, m.max_batch_tokens());
     e->logits_.resize(static_cast<size_t>(opts.n_parallel + 1) * m.n_vocab());
+    e->update_gauges();
     e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
     e->batch_.seqs.reserve(opts.n_parallel + 1);
     e->in_batch_.reserve(opts.n_parallel + 1);
@@ -84,9 +106,9 @@ Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> pro
                                 ") exceeds the context of " + std::to_string(ceiling_) + " tokens");
     }
     for (int32_t t : prompt) {
-        if (t < 0 || t >= model_->model->n_vocab()) {
+        if (t < 0 || t >= model_->forward_model().n_vocab()) {
             return invalid_argument("token id " + std::to_string(t) + " is out of range [0, " +
-                                    std::to_string(model_->model->n_vocab()) + ")");
+                                    std::to_string(model_->forward_model().n_vocab()) + ")");
         }
     }
     auto s = std::make_unique<Seq>();
@@ -122,6 +144,11 @@ Engine::Stats Engine::stats() const {
     st.n_prompt_tokens = n_prompt_tokens_.load();
     st.n_generated_tokens = n_generated_tokens_.load();
     st.n_requests = n_requests_.load();
+    st.kv_blocks_cached = kv_cached_.load();
+    st.prefix_lookups = prefix_lookups_.load();
+    st.prefix_lookup_tokens = prefix_lookup_tokens_.load();
+    st.prefix_hit_tokens = prefix_hit_tokens_.load();
+    st.n_preemptions = n_preemptions_.load();
     return st;
 }
 
@@ -135,13 +162,20 @@ std::string Engine::prometheus() const {
     };
     metric("ferrox_requests_running", "gauge", "Requests generating now.", st.n_running);
     metric("ferrox_requests_waiting", "gauge", "Requests queued for a slot or KV room.", st.n_waiting);
-    metric("ferrox_kv_blocks_used", "gauge", "KV cache blocks in use.", st.kv_blocks_used);
+    metric("ferrox_kv_blocks_used", "gauge", "KV cache blocks referenced by sequences.", st.kv_blocks_used);
     metric("ferrox_kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
+    metric("ferrox_kv_blocks_cached", "gauge", "KV cache blocks indexed by the prefix cache.", st.kv_blocks_cached);
     metric("ferrox_requests_total", "counter", "Requests admitted to generation.", static_cast<double>(st.n_requests));
     metric("ferrox_prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(st.n_prompt_tokens));
     metric("ferrox_generated_tokens_total", "counter", "Tokens generated.", static_cast<double>(st.n_generated_tokens));
-    metric("ferrox_prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.", 0);
-    metric("ferrox_preemptions_total", "counter", "Sequences preempted for KV room.", 0);
+    metric("ferrox_prefix_cache_lookups_total", "counter", "Prefix cache lookups (one per admitted request).",
+           static_cast<double>(st.prefix_lookups));
+    metric("ferrox_prefix_cache_lookup_tokens_total", "counter", "Prompt tokens of the prefix cache lookups.",
+           static_cast<double>(st.prefix_lookup_tokens));
+    metric("ferrox_prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from the prefix cache.",
+           static_cast<double>(st.prefix_hit_tokens));
+    metric("ferrox_preemptions_total", "counter", "Sequences preempted for KV room.",
+           static_cast<double>(st.n_preemptions));
     out += ttft_.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
     out += itl_.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     return out;
@@ -161,20 +195,66 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
     }
     // Blocks go back before kDone, so a client that sees the end also sees them free.
     if (s.kv) s.kv->clear();
-    kv_used_.store(kv_->n_blocks() - kv_->n_free());
+    update_gauges();
     EngineEvent ev;
     ev.kind = EngineEvent::Kind::kDone;
     ev.finish = why;
     ev.error = std::move(error);
     ev.n_prompt = s.n_prompt;
     ev.n_completion = s.n_generated;
+    ev.n_cached = s.n_cached;
     s.sink(std::move(ev));
+}
+
+void Engine::update_gauges() {
+    n_running_.store(static_cast<int>(running_.size()));
+    kv_used_.store(kv_->n_used());
+    kv_cached_.store(kv_->n_cached());
+}
+
+// Publishes the sequence's newly completed blocks to the prefix cache.
+void Engine::publish_blocks(Seq& s) {
+    if (!s.caching(opts_)) return;
+    const int bs = opts_.block_size;
+    const std::vector<int32_t>& blocks = s.kv->blocks();
+    while ((s.n_published + 1) * bs <= s.n_in_kv) {
+        const int i = s.n_published++;
+        kv_->publish(blocks[i], i > 0 ? blocks[i - 1] : -1, s.tokens.data() + static_cast<size_t>(i) * bs);
+    }
+}
+
+// Frees the sequence's blocks (the full ones stay in the prefix cache) and marks it to go back
+// to the head of the queue; it recomputes its tokens when readmitted and continues.
+void Engine::preempt(Seq& s) {
+    s.kv->clear();
+    s.kv.reset();
+    s.n_in_kv = 0;
+    s.n_published = 0;
+    s.preempted = true;
+    n_preemptions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Makes room for a decoding sequence's next position, preempting the newest sequences while
+// the pool has no block to give. Returns false when `s` itself was preempted.
+bool Engine::grow(Seq& s) {
+    while (s.kv->capacity() < s.n_in_kv + 1) {
+        if (s.kv->reserve(s.n_in_kv + 1).is_ok()) break;
+        Seq* victim = nullptr;
+        for (auto& r : running_) {
+            if (!r->done && !r->preempted && (!victim || r->order > victim->order)) victim = r.get();
+        }
+        CHECK(victim != nullptr);
+        preempt(*victim);
+        if (victim == &s) return false;
+    }
+    return true;
 }
 
 // Samples from `logits` (the sequence's row), emits the token's text and decides whether the
 // sequence ends.
 void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
     const Tokenizer& tok = *model_->tokenizer;
+    const int n_vocab = model_->forward_model().n_vocab();
     const auto now = std::chrono::steady_clock::now();
     if (s.n_generated == 0) {
         ttft_.observe(std::chrono::duration<double>(now - s.t_submit).count());
@@ -191,7 +271,6 @@ void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
     if (s.params.top_logprobs >= 0) {
         // Log-probabilities of the distribution the token was drawn from: the logits after
         // bias and penalties, at the sampling temperature (1 for greedy).
-        const int n_vocab = model_->model->n_vocab();
         const float temp = s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f;
         float mx = -INFINITY;
         for (int i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i] / temp);
@@ -253,26 +332,55 @@ void Engine::admit() {
             ++it;
         }
     }
-    // First come, first served, while there is a free slot and KV room for the prompt and
-    // the requested tokens.
+    // First come, first served, while there is a free slot and KV room for what the prompt
+    // needs beyond its cached prefix, plus its first new token. Beside running sequences, a
+    // newcomer must also leave one block per running sequence (they grow as they decode), so
+    // that admitting it does not immediately preempt someone.
     const int bs = opts_.block_size;
+    std::vector<int32_t> matched;
     while (!waiting_.empty() && static_cast<int>(running_.size()) < opts_.n_parallel) {
         Seq& s = *waiting_.front();
-        const int reserve = s.params.max_tokens > 0 ? s.max_total : s.n_prompt + 1;
-        const int n_blocks = (reserve + bs - 1) / bs;
-        if (!kv_->can_allocate(n_blocks)) break;
+        const int n_fill = s.n_fill();
+        matched.clear();
+        if (s.caching(opts_)) {
+            // Leave at least two tokens to compute when logits are wanted (see engine.h).
+            const int max_tokens = s.n_generated > 0 ? n_fill : n_fill - 2;
+            if (max_tokens >= bs) {
+                kv_->match_prefix(std::span<const int32_t>(s.tokens.data(), n_fill), max_tokens / bs, &matched);
+            }
+        }
+        const int n_matched = static_cast<int>(matched.size());
+        const int need = (n_fill + 1 + bs - 1) / bs - n_matched;
+        const int headroom = static_cast<int>(running_.size());
+        if (!kv_->can_allocate(need + headroom)) {
+            for (auto it = matched.rbegin(); it != matched.rend(); ++it) kv_->release(*it);
+            break;
+        }
+        if (!s.admitted) {
+            s.admitted = true;
+            s.n_cached = n_matched * bs;
+            n_prompt_tokens_.fetch_add(s.n_prompt, std::memory_order_relaxed);
+            n_requests_.fetch_add(1, std::memory_order_relaxed);
+            if (s.caching(opts_)) {
+                prefix_lookups_.fetch_add(1, std::memory_order_relaxed);
+                prefix_lookup_tokens_.fetch_add(s.n_prompt, std::memory_order_relaxed);
+                prefix_hit_tokens_.fetch_add(s.n_cached, std::memory_order_relaxed);
+            }
+            s.sampler = std::make_unique<Sampler>(s.params.sampling, model_->forward_model().n_vocab());
+            s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop);
+        }
         s.kv = std::make_unique<SeqKv>(kv_.get());
-        CHECK(s.kv->reserve(reserve).is_ok());
-        s.sampler = std::make_unique<Sampler>(s.params.sampling, model_->model->n_vocab());
-        s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop);
-        n_prompt_tokens_.fetch_add(s.n_prompt, std::memory_order_relaxed);
-        n_requests_.fetch_add(1, std::memory_order_relaxed);
+        s.kv->adopt(matched);
+        CHECK(s.kv->reserve(n_fill + 1).is_ok());
+        s.n_in_kv = n_matched * bs;
+        s.n_published = n_matched;
+        s.preempted = false;
+        s.order = next_order_++;
         running_.push_back(std::move(waiting_.front()));
         waiting_.pop_front();
         n_waiting_.fetch_sub(1);
     }
-    n_running_.store(static_cast<int>(running_.size()));
-    kv_used_.store(kv_->n_blocks() - kv_->n_free());
+    update_gauges();
 }
 
 // One forward step over every running sequence. Returns false when there was nothing to do.
@@ -284,6 +392,24 @@ bool Engine::step() {
                    running_.end());
     if (running_.empty()) return false;
 
+    // Every decoding sequence needs a slot for its next token: the oldest take blocks first and
+    // the newest are preempted while the pool has none. Preempted sequences go back to the head
+    // of the queue, oldest first.
+    for (auto& sp : running_) {
+        if (!sp->preempted && !sp->prefilling()) grow(*sp);
+    }
+    std::vector<std::unique_ptr<Seq>> back;
+    for (auto& sp : running_) {
+        if (sp->preempted) back.push_back(std::move(sp));
+    }
+    if (!back.empty()) {
+        running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+        for (auto it = back.rbegin(); it != back.rend(); ++it) waiting_.push_front(std::move(*it));
+        n_waiting_.fetch_add(static_cast<int>(back.size()));
+        update_gauges();
+        if (running_.empty()) return true;
+    }
+
     batch_.tokens.clear();
     batch_.seqs.clear();
     std::vector<Seq*>& in_batch = in_batch_;  // reused: no allocation per step
@@ -294,21 +420,24 @@ bool Engine::step() {
         for (auto& sp : running_) {
             Seq& s = *sp;
             if (s.prefilling() != (pass == 1) || budget <= 0) continue;
-            const int n = pass == 0 ? 1 : std::min(budget, s.n_prompt - s.n_in_kv);
-            if (s.kv->capacity() < s.n_in_kv + n) {
-                // Growing past the admission reservation: take one more block if any is free.
-                if (!s.kv->reserve(s.n_in_kv + n).is_ok()) {
-                    finish(s, FinishReason::kLength);  // the pool is full: end here
-                    continue;
-                }
+            int n = 1;
+            if (pass == 1) {
+                const int rest = s.n_fill() - s.n_in_kv;
+                n = std::min(budget, rest);
+                // A prompt is computed in chunks of two or more tokens, so every position sums
+                // attention in the prefill order, however the budget splits it (engine.h).
+                if (n < rest && rest - n == 1) --n;
+                if (n < 2 && rest > 1) continue;
             }
+            CHECK(s.kv->capacity() >= s.n_in_kv + n);
             BatchSeq bsq;
             bsq.i_begin = static_cast<int>(batch_.tokens.size());
             bsq.n_tokens = n;
             bsq.n_past = s.n_in_kv;
             bsq.block_table = s.kv->blocks().data();
             bsq.n_blocks = static_cast<int>(s.kv->blocks().size());
-            bsq.want_logits = pass == 0 || s.n_in_kv + n == s.n_prompt;
+            // A recomputed (preempted) sequence has its next token already.
+            bsq.want_logits = pass == 0 || (s.n_in_kv + n == s.n_fill() && s.n_generated == 0);
             batch_.tokens.insert(batch_.tokens.end(), s.tokens.begin() + s.n_in_kv,
                                  s.tokens.begin() + s.n_in_kv + n);
             batch_.seqs.push_back(bsq);
@@ -318,8 +447,8 @@ bool Engine::step() {
     }
     if (batch_.seqs.empty()) return true;
 
-    Status st = model_->model->forward(batch_, *kv_, logits_);
-    const int n_vocab = model_->model->n_vocab();
+    Status st = model_->forward_model().forward(batch_, *kv_, logits_);
+    const int n_vocab = model_->forward_model().n_vocab();
     int row = 0;
     for (size_t i = 0; i < in_batch.size(); ++i) {
         Seq& s = *in_batch[i];
@@ -329,6 +458,7 @@ bool Engine::step() {
             continue;
         }
         s.n_in_kv += bsq.n_tokens;
+        publish_blocks(s);
         if (!bsq.want_logits) {
             EngineEvent ev;
             ev.kind = EngineEvent::Kind::kProgress;
@@ -342,8 +472,7 @@ bool Engine::step() {
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());
-    n_running_.store(static_cast<int>(running_.size()));
-    kv_used_.store(kv_->n_blocks() - kv_->n_free());
+    update_gauges();
     return true;
 }
 

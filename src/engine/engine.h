@@ -8,9 +8,18 @@
 // newly admitted prompts, under a token budget (chunked prefill: a long prompt does not stall
 // the streams already running), runs one batched forward, samples, and emits events.
 //
-// KV admission is conservative for now: a request is admitted when the pool has blocks for its
-// whole prompt plus max_tokens, so a running sequence never runs out of room mid-generation.
-// (Paged sharing, prefix caching and preemption come with the serving-core issue.)
+// KV: a request is admitted (first come, first served, up to n_parallel at once) when the pool
+// has room for its prompt, less what the prefix cache already holds, plus one token. Running
+// sequences then take one block at a time as they grow; when the pool is exhausted, the
+// sequence admitted last is preempted: its blocks go back (the full ones stay in the prefix
+// cache), and it waits at the head of the queue to recompute its tokens and continue.
+//
+// Full blocks of every sequence (prompt and generated tokens) are published to the prefix
+// cache as soon as they are computed, so a request that repeats an earlier prefix (a
+// multi-turn chat, a shared system prompt) computes only the rest. The match always leaves at
+// least two prompt tokens to compute, so the first token's logits come from a chunk of two or
+// more tokens, whose attention sums in the same order as a cold prefill: greedy output is the
+// same alone, batched or from a warm cache. (Prefill chunks are never a single token either.)
 
 #include <atomic>
 #include <condition_variable>
@@ -34,7 +43,10 @@ namespace ferrox {
 struct EngineOptions {
     int n_parallel = 4;           // sequences generating at once
     int n_ctx = 4096;             // KV pool capacity, in tokens, shared by all sequences
-    int block_size = 64;          // KV block size, in tokens
+    int64_t kv_budget_mib = 0;    // when > 0: the pool's size in MiB (replaces n_ctx)
+    KvType kv_type = KvType::kF16;
+    bool prefix_cache = true;     // false: no request shares KV blocks
+    int block_size = 32;          // KV block size, in tokens
     int max_batch_tokens = 512;   // tokens per forward step (decode tokens + prefill chunks)
     int max_queue = 64;           // waiting requests beyond this are refused (HTTP 429)
 };
@@ -45,6 +57,7 @@ struct GenerationParams {
     std::vector<std::string> stop;   // stop strings (never part of the output)
     bool ignore_eos = false;
     int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
+    bool cache_prompt = true;        // false: neither reuse cached KV nor publish this request's
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -103,13 +116,20 @@ public:
 
     // The longest context (prompt + generated tokens) one request can ever get.
     int context_ceiling() const { return ceiling_; }
+    int block_size() const { return opts_.block_size; }
+    const EngineOptions& options() const { return opts_; }
+    // Blocks of the KV pool and bytes of one block.
+    int kv_blocks() const { return kv_->n_blocks(); }
+    size_t kv_block_bytes() const { return kv_->geometry().block_bytes(); }
     const LoadedModel& model() const { return *model_; }
     std::shared_ptr<LoadedModel> model_ptr() const { return model_; }
 
     struct Stats {
         int n_running = 0, n_waiting = 0;
-        int kv_blocks_used = 0, kv_blocks_total = 0;
+        int kv_blocks_used = 0, kv_blocks_total = 0, kv_blocks_cached = 0;
         uint64_t n_prompt_tokens = 0, n_generated_tokens = 0, n_requests = 0;
+        uint64_t prefix_lookups = 0, prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
+        uint64_t n_preemptions = 0;
     };
     Stats stats() const;
     // Prometheus text for /metrics: gauges, counters and the latency histograms.
@@ -124,6 +144,10 @@ private:
     void run();
     void admit();
     bool step();
+    bool grow(Seq& s);
+    void preempt(Seq& s);
+    void publish_blocks(Seq& s);
+    void update_gauges();
     void finish(Seq& s, FinishReason why, Status error = Status::ok());
     void emit_token(Seq& s, int32_t token, const float* logits);
 
@@ -145,8 +169,12 @@ private:
     Batch batch_;
     std::vector<Seq*> in_batch_;  // the sequences of batch_, in order
 
-    std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0};
+    uint64_t next_order_ = 0;     // admission order, for choosing whom to preempt
+
+    std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0}, kv_cached_{0};
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};
+    std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
+    std::atomic<uint64_t> n_preemptions_{0};
     Histogram ttft_;  // submit to first token
     Histogram itl_;   // between consecutive tokens of one request
     std::thread thread_;

@@ -21,6 +21,10 @@ struct LoadedModel {
     std::unique_ptr<Model> model;
     std::unique_ptr<Tokenizer> tokenizer;
     double load_ms = 0;
+    // Tests of the scheduler put a fake here; the engine then runs it instead of `model`.
+    std::unique_ptr<ForwardModel> stand_in;
+
+    ForwardModel& forward_model() const { return stand_in ? *stand_in : *model; }
 };
 
 // Loads a GGUF checkpoint: the file, the model (ModelOptions) and the tokenizer. Errors are

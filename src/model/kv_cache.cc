@@ -1,35 +1,180 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
+
 #include "core/check.h"
 
 namespace ferrox {
 
+const char* kv_type_name(KvType t) { return t == KvType::kF16 ? "f16" : "q8_0"; }
+
+Expected<KvType> parse_kv_type(const std::string& name) {
+    if (name == "f16") return KvType::kF16;
+    if (name == "q8_0") return KvType::kQ8_0;
+    return invalid_argument("unknown KV cache type '" + name + "' (use f16 or q8_0)");
+}
+
 KvPool::KvPool(KvGeometry geometry, int n_blocks) : geo_(geometry), n_blocks_(n_blocks) {
     CHECK(n_blocks > 0 && geo_.block_size > 0 && geo_.kv_dim > 0 && geo_.n_layer > 0);
-    const size_t n_elems = geo_.block_bytes() / sizeof(uint16_t) * n_blocks;
-    storage_.reset(new uint16_t[n_elems]);
+    CHECK(geo_.type == KvType::kF16 || geo_.kv_dim % 32 == 0);
+    storage_.reset(new uint8_t[geo_.block_bytes() * n_blocks]);
     base_ = storage_.get();
     free_.reserve(n_blocks);
     for (int i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
-    refs_.assign(n_blocks, 0);
+    meta_.assign(n_blocks, Meta{});
+    tokens_.assign(static_cast<size_t>(n_blocks) * geo_.block_size, 0);
 }
 
 int32_t KvPool::allocate() {
-    if (free_.empty()) return -1;
-    int32_t b = free_.back();
-    free_.pop_back();
-    refs_[b] = 1;
+    int32_t b;
+    if (!free_.empty()) {
+        b = free_.back();
+        free_.pop_back();
+    } else if (lru_head_ >= 0) {
+        b = lru_head_;  // the least recently released cached block
+        lru_unlink(b);
+        unpublish(b);
+    } else {
+        return -1;
+    }
+    Meta& m = meta_[b];
+    m.refs = 1;
+    ++m.epoch;
     return b;
 }
 
 void KvPool::retain(int32_t block) {
-    CHECK(block >= 0 && block < n_blocks_ && refs_[block] > 0);
-    ++refs_[block];
+    CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
+    ++meta_[block].refs;
 }
 
 void KvPool::release(int32_t block) {
-    CHECK(block >= 0 && block < n_blocks_ && refs_[block] > 0);
-    if (--refs_[block] == 0) free_.push_back(block);
+    CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
+    Meta& m = meta_[block];
+    if (--m.refs > 0) return;
+    if (m.hash != 0) {
+        lru_push_back(block);
+    } else {
+        free_.push_back(block);
+    }
+}
+
+uint64_t KvPool::chain_hash(uint64_t parent_hash, const int32_t* tokens) const {
+    // splitmix64 over the parent's hash and each token. Matches are verified token for token,
+    // so a collision costs a lookup, never a wrong answer.
+    uint64_t h = parent_hash ^ 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < geo_.block_size; ++i) {
+        h += static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9e3779b97f4a7c15ULL;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+        h ^= h >> 31;
+    }
+    return h == 0 ? 1 : h;
+}
+
+int KvPool::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out) {
+    const int bs = geo_.block_size;
+    const int n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / bs);
+    uint64_t h = 0;
+    int32_t parent = -1;
+    int found = 0;
+    for (int i = 0; i < n; ++i) {
+        const int32_t* t = tokens.data() + static_cast<size_t>(i) * bs;
+        h = chain_hash(h, t);
+        auto it = index_.find(h);
+        if (it == index_.end()) break;
+        const int32_t b = it->second;
+        const Meta& m = meta_[b];
+        const bool parent_ok =
+            parent < 0 ? m.parent < 0 : (m.parent == parent && m.parent_epoch == meta_[parent].epoch);
+        if (!parent_ok || std::memcmp(tokens_.data() + static_cast<size_t>(b) * bs, t, bs * sizeof(int32_t)) != 0) {
+            break;
+        }
+        if (m.refs == 0) {
+            lru_unlink(b);
+            meta_[b].refs = 1;
+        } else {
+            ++meta_[b].refs;
+        }
+        out->push_back(b);
+        parent = b;
+        ++found;
+    }
+    return found;
+}
+
+void KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
+    CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
+    Meta& m = meta_[block];
+    if (m.hash != 0) return;  // already published (a shared block)
+    uint64_t parent_hash = 0;
+    if (parent >= 0) {
+        if (meta_[parent].hash == 0) return;
+        parent_hash = meta_[parent].hash;
+    }
+    const uint64_t h = chain_hash(parent_hash, tokens);
+    auto [it, inserted] = index_.emplace(h, block);
+    if (!inserted) {
+        const int32_t old = it->second;
+        const Meta& o = meta_[old];
+        const bool live =
+            o.parent < 0 || (meta_[o.parent].epoch == o.parent_epoch && meta_[o.parent].hash != 0);
+        if (live) return;  // this prefix is cached already
+        // A block whose parent was evicted can never match again: this one takes its place.
+        meta_[old].hash = 0;
+        meta_[old].parent = -1;
+        if (meta_[old].evictable) {
+            lru_unlink(old);
+            free_.push_back(old);
+        }
+        it->second = block;
+    }
+    m.hash = h;
+    m.parent = parent;
+    m.parent_epoch = parent >= 0 ? meta_[parent].epoch : 0;
+    std::memcpy(tokens_.data() + static_cast<size_t>(block) * geo_.block_size, tokens,
+                geo_.block_size * sizeof(int32_t));
+}
+
+void KvPool::clear_cache() {
+    while (lru_head_ >= 0) {
+        const int32_t b = lru_head_;
+        lru_unlink(b);
+        unpublish(b);
+        free_.push_back(b);
+    }
+}
+
+void KvPool::unpublish(int32_t b) {
+    Meta& m = meta_[b];
+    if (m.hash == 0) return;
+    auto it = index_.find(m.hash);
+    if (it != index_.end() && it->second == b) index_.erase(it);
+    m.hash = 0;
+    m.parent = -1;
+}
+
+void KvPool::lru_unlink(int32_t b) {
+    Meta& m = meta_[b];
+    CHECK(m.evictable);
+    if (m.lru_prev >= 0) meta_[m.lru_prev].lru_next = m.lru_next; else lru_head_ = m.lru_next;
+    if (m.lru_next >= 0) meta_[m.lru_next].lru_prev = m.lru_prev; else lru_tail_ = m.lru_prev;
+    m.lru_prev = m.lru_next = -1;
+    m.evictable = false;
+    --n_evictable_;
+}
+
+void KvPool::lru_push_back(int32_t b) {
+    Meta& m = meta_[b];
+    CHECK(!m.evictable);
+    m.lru_prev = lru_tail_;
+    m.lru_next = -1;
+    if (lru_tail_ >= 0) meta_[lru_tail_].lru_next = b; else lru_head_ = b;
+    lru_tail_ = b;
+    m.evictable = true;
+    ++n_evictable_;
 }
 
 Status SeqKv::reserve(int n_pos) {
@@ -45,8 +190,13 @@ Status SeqKv::reserve(int n_pos) {
     return Status::ok();
 }
 
+void SeqKv::adopt(const std::vector<int32_t>& blocks) {
+    CHECK(blocks_.empty());
+    blocks_ = blocks;
+}
+
 void SeqKv::clear() {
-    for (int32_t b : blocks_) pool_->release(b);
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool_->release(*it);
     blocks_.clear();
 }
 

@@ -1,30 +1,50 @@
 #pragma once
 // The KV cache: a pool of fixed-size blocks allocated once, each holding `block_size`
-// positions of K and V for every layer, as F16. A sequence owns a block table (indices into
-// the pool); position p of a sequence lives in block table[p / block_size], slot
-// p % block_size. Blocks are reference-counted so sequences can share a common prefix.
+// positions of K and V for every layer. A sequence owns a block table (indices into the
+// pool); position p of a sequence lives in block table[p / block_size], slot p % block_size.
+// Blocks are reference-counted so sequences can share a common prefix.
 //
-// Layout of one block: [n_layer][2: K, V][block_size][kv_dim] f16, so the positions of one
-// layer in one block are contiguous rows (what attention streams over).
+// Layout of one block: [n_layer][2: K, V][block_size][row] where a row is one position's
+// kv_dim values as F16 or Q8_0 (blocks of 32 with an F16 scale), so the positions of one layer
+// in one block are contiguous rows (what attention streams over).
 //
-// Threading: allocation and reference counts are for the engine thread only; the forward pass
-// writes and reads rows of blocks that the engine handed it.
+// The pool is also the prefix cache. A full block whose tokens are known can be published
+// under a chained hash of every token from position 0 to its end; a later sequence whose
+// tokens begin the same way finds the longest chain of published blocks, verified token for
+// token and parent by parent, and shares them instead of computing them again. A published
+// block whose last reference goes stays cached (evictable); allocation takes never-used or
+// unpublished blocks first and then evicts cached blocks least recently released first.
+// Sequences release their blocks tail first, so the end of a prefix is evicted before its
+// beginning.
+//
+// Threading: allocation, reference counts and the cache index are for the engine thread only;
+// the forward pass writes and reads rows of blocks that the engine handed it.
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 
 namespace ferrox {
 
+enum class KvType { kF16, kQ8_0 };
+const char* kv_type_name(KvType t);  // "f16", "q8_0"
+Expected<KvType> parse_kv_type(const std::string& name);
+
 struct KvGeometry {
     int n_layer = 0;
     int kv_dim = 0;      // n_head_kv * head_dim
     int block_size = 0;  // positions per block
-    size_t block_bytes() const {
-        return static_cast<size_t>(n_layer) * 2 * block_size * kv_dim * sizeof(uint16_t);
+    KvType type = KvType::kF16;
+
+    // Bytes of one position's K (or V) row of one layer.
+    size_t row_bytes() const {
+        return type == KvType::kF16 ? static_cast<size_t>(kv_dim) * 2 : static_cast<size_t>(kv_dim) / 32 * 34;
     }
+    size_t block_bytes() const { return static_cast<size_t>(n_layer) * 2 * block_size * row_bytes(); }
 };
 
 class KvPool {
@@ -35,30 +55,64 @@ public:
 
     const KvGeometry& geometry() const { return geo_; }
     int n_blocks() const { return n_blocks_; }
-    int n_free() const { return static_cast<int>(free_.size()); }
+    // Blocks that allocate() can hand out: never used, released, or cached and unreferenced.
+    int n_free() const { return static_cast<int>(free_.size()) + n_evictable_; }
+    int n_used() const { return n_blocks_ - n_free(); }
+    int n_cached() const { return static_cast<int>(index_.size()); }  // published blocks
 
     bool can_allocate(int n) const { return n <= n_free(); }
-    // Takes a free block with reference count 1, or -1 when none is left.
+    // Takes a block with reference count 1, evicting the least recently released cached block
+    // when no free one is left; -1 when every block is referenced.
     int32_t allocate();
     void retain(int32_t block);
-    // Drops one reference; the block returns to the free list at zero.
+    // Drops one reference. At zero a published block stays cached (evictable), any other block
+    // returns to the free list.
     void release(int32_t block);
-    int ref_count(int32_t block) const { return refs_[block]; }
+    int ref_count(int32_t block) const { return meta_[block].refs; }
 
-    uint16_t* k_rows(int32_t block, int il) {
-        return base_ + (static_cast<size_t>(block) * geo_.n_layer + il) * 2 * slab();
-    }
-    uint16_t* v_rows(int32_t block, int il) { return k_rows(block, il) + slab(); }
+    // Prefix cache. Looks up the longest chain of published blocks that holds exactly the first
+    // tokens of `tokens`, at most `max_blocks` of them; retains each and appends it to `out`.
+    // Returns the number of blocks found.
+    int match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out);
+    // Publishes `block` (referenced, its K/V computed) as holding the block_size tokens at
+    // `tokens`, following `parent` (the sequence's previous block, itself published, or -1 for
+    // the first). Does nothing when the same prefix is already published (the block then stays
+    // private) or the parent is not published.
+    void publish(int32_t block, int32_t parent, const int32_t* tokens);
+    bool published(int32_t block) const { return meta_[block].hash != 0; }
+    // Drops every unreferenced cached block (they return to the free list).
+    void clear_cache();
+
+    uint8_t* k_rows(int32_t block, int il) { return base_ + (static_cast<size_t>(block) * geo_.n_layer + il) * 2 * slab(); }
+    uint8_t* v_rows(int32_t block, int il) { return k_rows(block, il) + slab(); }
 
 private:
-    size_t slab() const { return static_cast<size_t>(geo_.block_size) * geo_.kv_dim; }
+    size_t slab() const { return static_cast<size_t>(geo_.block_size) * geo_.row_bytes(); }
+    uint64_t chain_hash(uint64_t parent_hash, const int32_t* tokens) const;
+    void lru_unlink(int32_t b);
+    void lru_push_back(int32_t b);
+    void unpublish(int32_t b);
+
+    struct Meta {
+        int32_t refs = 0;
+        uint32_t epoch = 0;         // bumped each time the block is handed out
+        uint64_t hash = 0;          // 0: not published
+        int32_t parent = -1;        // published parent block, -1 for a first block
+        uint32_t parent_epoch = 0;  // the parent's epoch when this block was published
+        int32_t lru_prev = -1, lru_next = -1;
+        bool evictable = false;     // published, unreferenced, in the LRU list
+    };
 
     KvGeometry geo_;
     int n_blocks_;
-    std::unique_ptr<uint16_t[]> storage_;
-    uint16_t* base_;
+    std::unique_ptr<uint8_t[]> storage_;
+    uint8_t* base_;
     std::vector<int32_t> free_;
-    std::vector<int32_t> refs_;
+    std::vector<Meta> meta_;
+    std::vector<int32_t> tokens_;  // [n_blocks][block_size]: the tokens of published blocks
+    std::unordered_map<uint64_t, int32_t> index_;  // chain hash -> published block
+    int32_t lru_head_ = -1, lru_tail_ = -1;        // head: least recently released
+    int n_evictable_ = 0;
 };
 
 // The blocks of one sequence, in position order.
@@ -72,6 +126,9 @@ public:
     // Makes room for positions [0, n_pos). Fails (ResourceExhausted) when the pool is full;
     // what was allocated so far stays owned by the sequence.
     Status reserve(int n_pos);
+    // Takes blocks already referenced for this sequence (a prefix-cache match) as its first.
+    void adopt(const std::vector<int32_t>& blocks);
+    // Releases every block, the last first (so a cached prefix is evicted from its end).
     void clear();
     const std::vector<int32_t>& blocks() const { return blocks_; }
     int capacity() const { return static_cast<int>(blocks_.size()) * pool_->geometry().block_size; }

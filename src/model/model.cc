@@ -273,15 +273,24 @@ inline void rope_head(float* x, const float* cs, const float* sn, int n_rot, Rop
 
 }  // namespace
 
+Status Model::check_kv_type(KvType type) const {
+    if (type == KvType::kQ8_0 && hp_.head_dim % 32 != 0) {
+        return invalid_argument("a q8_0 KV cache needs a head size that is a multiple of 32; this model's is " +
+                                std::to_string(hp_.head_dim));
+    }
+    return Status::ok();
+}
+
 // Causal attention of every batch token over its own sequence's cached positions. Threads
 // split the (token, head) pairs.
 void Model::attention(const Batch& batch, KvPool& kv, int il) {
+    if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
     const ModelHParams& hp = hp_;
     const int n_tok = static_cast<int>(batch.tokens.size());
     const int hd = hp.head_dim;
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
-    const int kv_dim = hp.kv_dim();
+    const size_t row_bytes = kv.geometry().row_bytes();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
@@ -306,19 +315,66 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
             for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
             for (int p = 0; p < n_kv; ++p) {
-                const uint16_t* krow =
-                    kv.k_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
+                const auto* krow = reinterpret_cast<const uint16_t*>(
+                                       kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
+                                   kvh * hd;
                 scores[p] = (prefill ? fk.dot_prefill : fk.dot_decode)(qh, krow, hd) * scale;
             }
             softmax_inplace(scores, n_kv);
             std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
             for (int p = 0; p < n_kv; ++p) {
-                const uint16_t* vrow =
-                    kv.v_rows(sq.block_table[p / bs], il) + static_cast<size_t>(p % bs) * kv_dim + kvh * hd;
+                const auto* vrow = reinterpret_cast<const uint16_t*>(
+                                       kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
+                                   kvh * hd;
                 fk.accumulate(fp16_to_fp32(fp32_to_fp16(scores[p])), vrow, acc + (p % n_rows) * hd, hd);
             }
             float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
             (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
+        }
+    });
+}
+
+// The same over a Q8_0 cache (head_dim a multiple of 32, so each head is whole blocks): Q is
+// quantized to Q8_0 and meets K in the integer dot product; V rows are dequantized and summed
+// in float.
+void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
+    const ModelHParams& hp = hp_;
+    const int n_tok = static_cast<int>(batch.tokens.size());
+    const int hd = hp.head_dim;
+    const int group = hp.n_head / hp.n_head_kv;
+    const int bs = kv.geometry().block_size;
+    const size_t row_bytes = kv.geometry().row_bytes();
+    const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const QuantKernels& kq = quant_kernels(DType::kQ8_0);
+    Scratch& s = *s_;
+    pool_->run([&](int i_thread, int n_threads) {
+        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
+        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kDecodeRows * hd;
+        float* vbuf = acc + hd;
+        uint8_t qq[kMaxHeadDim / 32 * 34];
+        int64_t w0, w1;
+        ThreadPool::split(static_cast<int64_t>(n_tok) * hp.n_head, i_thread, n_threads, 1, &w0, &w1);
+        for (int64_t w = w0; w < w1; ++w) {
+            const int t = static_cast<int>(w / hp.n_head);
+            const int h = static_cast<int>(w % hp.n_head);
+            const int kvh = h / group;
+            const BatchSeq& sq = batch.seqs[s.seq[t]];
+            const int n_kv = s.pos[t] + 1;
+            kq.quantize_act_row(s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd, qq, hd);
+            for (int p = 0; p < n_kv; ++p) {
+                const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
+                scores[p] = kq.vec_dot(hd, krow, qq) * scale;
+            }
+            softmax_inplace(scores, n_kv);
+            std::fill(acc, acc + hd, 0.0f);
+            for (int p = 0; p < n_kv; ++p) {
+                const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
+                kq.dequantize_row(vrow, vbuf, hd);
+                const float sp = scores[p];
+                for (int d = 0; d < hd; ++d) acc[d] += sp * vbuf[d];
+            }
+            std::copy(acc, acc + hd, s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd);
         }
     });
 }
@@ -385,6 +441,11 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     }
 
     const AttnF16Kernels& fk = attn_f16_kernels();
+    const QuantKernels& kq8 = quant_kernels(DType::kQ8_0);
+    FERROX_RETURN_IF_ERROR(check_kv_type(kv.geometry().type));
+    if (kv.geometry().n_layer != hp.n_layer || kv.geometry().kv_dim != hp.kv_dim()) {
+        return internal_error("the KV pool was made for another model");
+    }
     const int E = hp.n_embd;
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights& L = layers_[il];
@@ -421,9 +482,14 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
             const BatchSeq& sq = batch.seqs[s.seq[t]];
             const int p = s.pos[t];
             const int32_t blk = sq.block_table[p / bs];
-            const size_t off = static_cast<size_t>(p % bs) * hp.kv_dim();
-            fk.to_f16(k, kv.k_rows(blk, il) + off, hp.kv_dim());
-            fk.to_f16(v, kv.v_rows(blk, il) + off, hp.kv_dim());
+            const size_t off = static_cast<size_t>(p % bs) * kv.geometry().row_bytes();
+            if (kv.geometry().type == KvType::kF16) {
+                fk.to_f16(k, reinterpret_cast<uint16_t*>(kv.k_rows(blk, il) + off), hp.kv_dim());
+                fk.to_f16(v, reinterpret_cast<uint16_t*>(kv.v_rows(blk, il) + off), hp.kv_dim());
+            } else {
+                kq8.quantize_act_row(k, kv.k_rows(blk, il) + off, hp.kv_dim());
+                kq8.quantize_act_row(v, kv.v_rows(blk, il) + off, hp.kv_dim());
+            }
         }
         attention(batch, kv, il);
         const MatJob o[] = {{L.wo, s.att.data(), s.proj.data()}};

@@ -57,29 +57,48 @@ struct Batch {
     std::vector<BatchSeq> seqs;
 };
 
+// What the engine needs of a model: its limits, the KV geometry and the batched forward.
+// Model implements it; scheduler tests use a fake.
+class ForwardModel {
+public:
+    virtual ~ForwardModel() = default;
+    virtual int n_vocab() const = 0;
+    virtual int max_ctx() const = 0;           // longest sequence forward() accepts
+    virtual int n_ctx_train() const = 0;       // the context the model was trained for
+    virtual int max_batch_tokens() const = 0;  // largest batch forward() accepts
+    virtual KvGeometry kv_geometry(int block_size, KvType type) const = 0;
+    // Whether the cache type works with this model (a one-line reason when not).
+    virtual Status check_kv_type(KvType type) const = 0;
+    virtual Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) = 0;
+};
+
 struct ModelOptions {
     int n_threads = 0;      // 0: all cores
     int max_batch_tokens = 512;  // largest Batch::tokens.size() a forward accepts
     int max_ctx = 4096;     // longest sequence attention must handle
 };
 
-class Model {
+class Model final : public ForwardModel {
 public:
     // Loads the architecture named in general.architecture. The GgufFile must outlive it.
     static Expected<std::unique_ptr<Model>> load(const GgufFile& file, const ModelOptions& opts);
-    ~Model();
+    ~Model() override;
 
     const ModelHParams& hparams() const { return hp_; }
     const ArchTraits& traits() const { return traits_; }
-    int n_vocab() const { return hp_.n_vocab; }
+    int n_vocab() const override { return hp_.n_vocab; }
     int n_threads() const { return pool_->n_threads(); }
-    int max_ctx() const { return opts_.max_ctx; }
-    int max_batch_tokens() const { return opts_.max_batch_tokens; }
-    KvGeometry kv_geometry(int block_size) const { return {hp_.n_layer, hp_.kv_dim(), block_size}; }
+    int max_ctx() const override { return opts_.max_ctx; }
+    int n_ctx_train() const override { return hp_.n_ctx_train; }
+    int max_batch_tokens() const override { return opts_.max_batch_tokens; }
+    KvGeometry kv_geometry(int block_size, KvType type = KvType::kF16) const override {
+        return {hp_.n_layer, hp_.kv_dim(), block_size, type};
+    }
+    Status check_kv_type(KvType type) const override;
 
     // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
     // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
-    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits);
+    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override;
 
 private:
     Model() = default;
@@ -92,6 +111,7 @@ private:
     static constexpr int kMaxMatJobs = 3;
     void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
     void attention(const Batch& batch, KvPool& kv, int il);
+    void attention_q8_0(const Batch& batch, KvPool& kv, int il);
 
     ModelHParams hp_;
     ArchTraits traits_{};

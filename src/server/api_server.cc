@@ -276,6 +276,10 @@ bool parse_common(const json& body, bool chat, int default_max_tokens, CommonReq
     bool ignore_eos = false;
     if (!get_bool(body, "ignore_eos", &ignore_eos, err)) return false;
     out->params.ignore_eos = ignore_eos;
+    // llama.cpp's extension: false computes the whole prompt and leaves nothing in the cache.
+    bool cache_prompt = true;
+    if (!get_bool(body, "cache_prompt", &cache_prompt, err)) return false;
+    out->params.cache_prompt = cache_prompt;
     return true;
 }
 
@@ -536,6 +540,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
     bool aborted = false;  // a later choice was refused: the response was the error
     int n_prompt = 0;
     int n_completion = 0;
+    int n_cached = 0;  // prompt tokens reused from the prefix cache (the most of any choice)
     bool failed = false;
     ApiError error;
 
@@ -583,7 +588,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
         return json{{"prompt_tokens", n_prompt},
                     {"completion_tokens", n_completion},
                     {"total_tokens", n_prompt + n_completion},
-                    {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+                    {"prompt_tokens_details", {{"cached_tokens", n_cached}}}};
     }
 
     void on_event(int index, EngineEvent&& ev) {
@@ -621,6 +626,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
         ++n_done;
         n_prompt = ev.n_prompt;
         n_completion += ev.n_completion;
+        n_cached = std::max(n_cached, ev.n_cached);
         if (ev.finish == FinishReason::kError && !failed) {
             failed = true;
             error = from_status(ev.error);
