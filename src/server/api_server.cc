@@ -383,6 +383,7 @@ struct ApiServer::State {
     bool authorized(const HttpRequest& req) const;
     void handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res);
     void route_models(HttpResponder& res);
+    void route_props(HttpResponder& res);
     void route_chat(const json& body, std::shared_ptr<HttpResponder> res, bool chat);
     void route_tokenize(const json& body, HttpResponder& res);
     void route_detokenize(const json& body, HttpResponder& res);
@@ -450,6 +451,34 @@ void ApiServer::State::route_models(HttpResponder& res) {
                      {"n_vocab", e.model().model->n_vocab()}, {"n_embd", hp.n_embd},
                      {"n_layer", hp.n_layer},             {"architecture", hp.arch}};
     res.send(200, dump(json{{"object", "list"}, {"data", json::array({model})}}));
+}
+
+// llama-server's /props: the generation defaults, the slots and the context one request can
+// get, plus what ferrox adds about its KV pool.
+void ApiServer::State::route_props(HttpResponder& res) {
+    const Engine& e = *engine;
+    const EngineOptions& eo = e.options();
+    const std::string& tmpl_src = opts.chat_template_override.empty() ? e.model().chat_template
+                                                                      : opts.chat_template_override;
+    json params = {{"n_predict", opts.default_max_tokens}, {"temperature", 1.0}, {"top_k", 0},
+                   {"top_p", 1.0},  {"min_p", 0.0},  {"seed", -1}, {"cache_prompt", eo.prefix_cache}};
+    json props = {
+        {"default_generation_settings", {{"n_ctx", e.context_ceiling()}, {"params", params}}},
+        {"total_slots", eo.n_parallel},
+        {"n_ctx", e.context_ceiling()},
+        {"model_path", e.model().path},
+        {"model_alias", model_id},
+        {"chat_template", tmpl_src},
+        {"modalities", {{"vision", false}, {"audio", false}}},
+        {"kv_cache",
+         {{"type", kv_type_name(eo.kv_type)},
+          {"block_size", eo.block_size},
+          {"blocks", e.kv_blocks()},
+          {"bytes", static_cast<int64_t>(e.kv_block_bytes()) * e.kv_blocks()},
+          {"prefix_cache", eo.prefix_cache}}},
+        {"build_info", "ferrox"},
+    };
+    res.send(200, dump(props));
 }
 
 void ApiServer::State::route_tokenize(const json& body, HttpResponder& res) {
@@ -845,7 +874,7 @@ void ApiServer::State::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> 
                                     {"/tokenize", "POST"},       {"/detokenize", "POST"},
                                     {"/apply-template", "POST"}, {"/models", "GET"},
                                     {"/chat/completions", "POST"}, {"/completions", "POST"},
-                                    {"/metrics", "GET"}};
+                                    {"/metrics", "GET"},         {"/props", "GET"}};
     const Route* route = nullptr;
     for (const Route& r : kRoutes) {
         if (path == r.path) route = &r;
@@ -895,6 +924,10 @@ void ApiServer::State::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> 
     }
     if (path == "/metrics") {
         res->send(200, engine->prometheus(), "text/plain; version=0.0.4");
+        return;
+    }
+    if (path == "/props") {
+        route_props(*res);
         return;
     }
     if (route->method == std::string("GET")) {
