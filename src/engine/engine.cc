@@ -38,6 +38,7 @@ struct Engine::Seq {
     bool preempted = false;       // set during a step; the sequence goes back to the queue
     uint64_t order = 0;           // admission order: the highest is preempted first
     int n_published = 0;          // leading blocks in the prefix cache (published or matched)
+    int32_t chain = -1;           // the cache's block for the last published position
     int n_cached = 0;             // prompt tokens reused from the cache at first admission
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
@@ -219,7 +220,10 @@ void Engine::publish_blocks(Seq& s) {
     const std::vector<int32_t>& blocks = s.kv->blocks();
     while ((s.n_published + 1) * bs <= s.n_in_kv) {
         const int i = s.n_published++;
-        kv_->publish(blocks[i], i > 0 ? blocks[i - 1] : -1, s.tokens.data() + static_cast<size_t>(i) * bs);
+        if (i > 0 && s.chain < 0) continue;  // the chain broke: nothing after it can be found
+        // When another sequence published the same prefix first (both computed it cold), the
+        // chain continues from its block, so this sequence's later blocks are still found.
+        s.chain = kv_->publish(blocks[i], i > 0 ? s.chain : -1, s.tokens.data() + static_cast<size_t>(i) * bs);
     }
 }
 
@@ -230,6 +234,7 @@ void Engine::preempt(Seq& s) {
     s.kv.reset();
     s.n_in_kv = 0;
     s.n_published = 0;
+    s.chain = -1;
     s.preempted = true;
     n_preemptions_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -343,10 +348,16 @@ void Engine::admit() {
         const int n_fill = s.n_fill();
         matched.clear();
         if (s.caching(opts_)) {
-            // Leave at least two tokens to compute when logits are wanted (see engine.h).
+            // What is left of the prompt to compute must be none or two tokens or more, so the
+            // prompt's last position is computed in a chunk, as in a cold prefill (engine.h).
             const int max_tokens = s.n_generated > 0 ? n_fill : n_fill - 2;
             if (max_tokens >= bs) {
                 kv_->match_prefix(std::span<const int32_t>(s.tokens.data(), n_fill), max_tokens / bs, &matched);
+            }
+            while (!matched.empty() && static_cast<int>(matched.size()) * bs > s.n_prompt - 2 &&
+                   static_cast<int>(matched.size()) * bs < s.n_prompt) {
+                kv_->release(matched.back());
+                matched.pop_back();
             }
         }
         const int n_matched = static_cast<int>(matched.size());
@@ -374,6 +385,7 @@ void Engine::admit() {
         CHECK(s.kv->reserve(n_fill + 1).is_ok());
         s.n_in_kv = n_matched * bs;
         s.n_published = n_matched;
+        s.chain = n_matched > 0 ? matched.back() : -1;
         s.preempted = false;
         s.order = next_order_++;
         running_.push_back(std::move(waiting_.front()));
@@ -421,14 +433,17 @@ bool Engine::step() {
             Seq& s = *sp;
             if (s.prefilling() != (pass == 1) || budget <= 0) continue;
             int n = 1;
-            if (pass == 1) {
-                const int rest = s.n_fill() - s.n_in_kv;
+            if (pass == 1 && s.n_in_kv < s.n_prompt) {
+                const int rest = s.n_prompt - s.n_in_kv;
                 n = std::min(budget, rest);
                 // A prompt is computed in chunks of two or more tokens, so every position sums
                 // attention in the prefill order, however the budget splits it (engine.h).
                 if (n < rest && rest - n == 1) --n;
                 if (n < 2 && rest > 1) continue;
             }
+            // (A preempted sequence replays its generated tokens one per step, as they were
+            // first computed, so its KV and its next tokens are bit for bit what they would
+            // have been without the preemption.)
             CHECK(s.kv->capacity() >= s.n_in_kv + n);
             BatchSeq bsq;
             bsq.i_begin = static_cast<int>(batch_.tokens.size());

@@ -12,7 +12,10 @@
 // has room for its prompt, less what the prefix cache already holds, plus one token. Running
 // sequences then take one block at a time as they grow; when the pool is exhausted, the
 // sequence admitted last is preempted: its blocks go back (the full ones stay in the prefix
-// cache), and it waits at the head of the queue to recompute its tokens and continue.
+// cache), and it waits at the head of the queue to recompute its tokens and continue. The
+// recomputation takes what is still cached, computes the rest of the prompt in chunks and
+// replays the generated tokens one per step, so a preempted sequence continues exactly as it
+// would have.
 //
 // Full blocks of every sequence (prompt and generated tokens) are published to the prefix
 // cache as soon as they are computed, so a request that repeats an earlier prefix (a
@@ -20,6 +23,9 @@
 // least two prompt tokens to compute, so the first token's logits come from a chunk of two or
 // more tokens, whose attention sums in the same order as a cold prefill: greedy output is the
 // same alone, batched or from a warm cache. (Prefill chunks are never a single token either.)
+// Blocks holding generated tokens were computed one token per step (the decode order), so a
+// later prompt that repeats those tokens (the next turn of a chat) reuses KV that differs from
+// a cold prefill's by rounding, as llama.cpp's prompt cache does.
 
 #include <atomic>
 #include <condition_variable>

@@ -105,13 +105,13 @@ int KvPool::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::v
     return found;
 }
 
-void KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
+int32_t KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
     CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
     Meta& m = meta_[block];
-    if (m.hash != 0) return;  // already published (a shared block)
+    if (m.hash != 0) return block;  // already published (a shared block)
     uint64_t parent_hash = 0;
     if (parent >= 0) {
-        if (meta_[parent].hash == 0) return;
+        if (meta_[parent].hash == 0) return -1;
         parent_hash = meta_[parent].hash;
     }
     const uint64_t h = chain_hash(parent_hash, tokens);
@@ -121,7 +121,7 @@ void KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
         const Meta& o = meta_[old];
         const bool live =
             o.parent < 0 || (meta_[o.parent].epoch == o.parent_epoch && meta_[o.parent].hash != 0);
-        if (live) return;  // this prefix is cached already
+        if (live) return old;  // this prefix is cached already
         // A block whose parent was evicted can never match again: this one takes its place.
         meta_[old].hash = 0;
         meta_[old].parent = -1;
@@ -136,6 +136,7 @@ void KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
     m.parent_epoch = parent >= 0 ? meta_[parent].epoch : 0;
     std::memcpy(tokens_.data() + static_cast<size_t>(block) * geo_.block_size, tokens,
                 geo_.block_size * sizeof(int32_t));
+    return block;
 }
 
 void KvPool::clear_cache() {

@@ -75,10 +75,11 @@ public:
     // Returns the number of blocks found.
     int match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out);
     // Publishes `block` (referenced, its K/V computed) as holding the block_size tokens at
-    // `tokens`, following `parent` (the sequence's previous block, itself published, or -1 for
-    // the first). Does nothing when the same prefix is already published (the block then stays
-    // private) or the parent is not published.
-    void publish(int32_t block, int32_t parent, const int32_t* tokens);
+    // `tokens`, following `parent` (the published block of the previous position, or -1 for
+    // the first). Returns the block that now stands for this prefix in the cache: `block`, or
+    // the block that already held the same prefix (then `block` stays private, and the caller
+    // chains its next block on the returned one); -1 when `parent` is not published.
+    int32_t publish(int32_t block, int32_t parent, const int32_t* tokens);
     bool published(int32_t block) const { return meta_[block].hash != 0; }
     // Drops every unreferenced cached block (they return to the free list).
     void clear_cache();

@@ -119,6 +119,83 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloGreedy) {
     EXPECT_EQ(e->stats().kv_blocks_used, 0);
 }
 
+// Issue #4, item 8: greedy output is identical whether a request runs alone, batched with 15
+// others of different lengths (prefill chunked and interleaved with decoding), from a warm
+// prefix cache, or after being preempted and recomputed.
+TEST_F(EngineTest, GreedyIsTheSameAloneBatchedWarmAndPreempted) {
+    const std::string sys =
+        "<|im_start|>system\nYou are a careful assistant. Answer every question truthfully and briefly, "
+        "in plain words, without lists, and say so when you do not know the answer.<|im_end|>\n";
+    const std::vector<std::string> questions = {
+        "Name a color.", "What is two plus two?", "Where is Paris?", "Say hello.",
+        "Why is the sky blue? Explain it to a child who is five years old.", "List three fruits.",
+        "Write a haiku about the sea.", "What do bees make?",
+        "Who wrote Hamlet?", "Translate 'cat' to French.", "How many legs does a spider have?",
+        "What is the boiling point of water at sea level, in degrees Celsius and in Fahrenheit?",
+        "Is a tomato a fruit?", "Count from one to five.", "What is the opposite of hot?", "Spell 'dog'."};
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < questions.size(); ++i) {
+        const std::string turn = "<|im_start|>user\n" + questions[i] + "<|im_end|>\n<|im_start|>assistant\n";
+        prompts.push_back(ids(i % 2 == 0 ? sys + turn : turn));  // half share the system prompt
+    }
+    const int n_gen = 16;
+    auto run = [&](Engine& e, bool together, int max_tokens) {
+        std::vector<std::unique_ptr<Collector>> cs;
+        for (const auto& p : prompts) {
+            cs.push_back(std::make_unique<Collector>());
+            EXPECT_TRUE(e.submit(p, greedy(max_tokens), cs.back()->sink()).has_value());
+            if (!together) {
+                EXPECT_TRUE(cs.back()->wait());
+            }
+        }
+        for (auto& c : cs) EXPECT_TRUE(c->wait());
+        return cs;
+    };
+    auto engine = [&](int n_parallel, int n_ctx, int max_batch, bool cache, int block_size = 16) {
+        EngineOptions eo;
+        eo.n_parallel = n_parallel;
+        eo.n_ctx = n_ctx;
+        eo.block_size = block_size;
+        eo.max_batch_tokens = max_batch;
+        eo.prefix_cache = cache;
+        auto e = Engine::create(*model_, eo);
+        EXPECT_TRUE(e.has_value());
+        return std::move(*e);
+    };
+
+    auto alone_engine = engine(1, 1024, 512, false);
+    auto alone = run(*alone_engine, false, n_gen);
+
+    // 16 at once, 48 tokens per step: prompts are split into chunks and interleaved with the
+    // decoding of the others; the shared system prompt is reused while they run.
+    auto e = engine(16, 4096, 48, true);
+    auto batched = run(*e, true, n_gen);
+    auto warm = run(*e, true, n_gen);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(alone[i]->last.n_completion, n_gen);
+        EXPECT_EQ(batched[i]->text, alone[i]->text) << questions[i];
+        EXPECT_EQ(warm[i]->text, alone[i]->text) << questions[i];
+        EXPECT_EQ(alone[i]->last.n_cached, 0);
+        // Warm: every full block but the one holding the prompt's last two tokens.
+        const int n_prompt = static_cast<int>(prompts[i].size());
+        EXPECT_EQ(warm[i]->last.n_cached, (n_prompt - 2) / 16 * 16) << questions[i];
+    }
+    EXPECT_GT(e->stats().prefix_hit_tokens, 0u);
+    EXPECT_EQ(e->stats().n_preemptions, 0u);
+    EXPECT_EQ(e->stats().kv_blocks_used, 0);
+
+    // A pool of 20 blocks of 8 tokens for 8 sequences of up to 90: sequences are preempted as
+    // they grow, recomputed (partly from the cache) and continued.
+    auto small = engine(8, 160, 64, true, 8);
+    auto preempted = run(*small, true, n_gen);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(preempted[i]->text, alone[i]->text) << questions[i];
+        EXPECT_EQ(preempted[i]->last.n_completion, n_gen);
+    }
+    EXPECT_GT(small->stats().n_preemptions, 0u);
+    EXPECT_EQ(small->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, CancelFreesEverything) {
     Collector a, b;
     auto e = make_engine(2);
