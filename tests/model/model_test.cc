@@ -160,6 +160,52 @@ TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
     EXPECT_EQ(std::vector<float>(logits.begin() + m.n_vocab(), logits.end()), lb);
 }
 
+// A Q8_0 KV cache (--kv-type q8_0) stores K and V in 8 bits: the logits move by the rounding
+// of K and V, much less than the spread of the logits, and the batch still changes nothing.
+TEST(Forward, Q8KvCacheIsCloseToF16) {
+    TinyModelSpec spec;
+    spec.weight_type = DType::kQ8_0;
+    Loaded l = load_tiny(spec);
+    Model& m = *l.model;
+    std::vector<int32_t> p;
+    for (int i = 0; i < 40; ++i) p.push_back((i * 37 + 11) % spec.n_vocab);
+    auto run = [&](KvType type, int chunk) {
+        KvPool kv(m.kv_geometry(16, type), 4);
+        SeqKv seq(&kv);
+        EXPECT_TRUE(seq.reserve(static_cast<int>(p.size())).is_ok());
+        std::vector<float> logits(m.n_vocab());
+        for (size_t i = 0; i < p.size(); i += chunk) {
+            Batch b;
+            const int n = std::min<int>(chunk, static_cast<int>(p.size() - i));
+            b.tokens.assign(p.begin() + i, p.begin() + i + n);
+            b.seqs.push_back({0, n, static_cast<int>(i), seq.blocks().data(), static_cast<int>(seq.blocks().size()), true});
+            EXPECT_TRUE(m.forward(b, kv, logits).is_ok());
+        }
+        return logits;
+    };
+    const std::vector<float> f16 = run(KvType::kF16, 64);
+    const std::vector<float> q8 = run(KvType::kQ8_0, 64);
+    EXPECT_EQ(run(KvType::kQ8_0, 5), q8);  // chunking changes no bit
+    float max_diff = 0, lo = f16[0], hi = f16[0];
+    for (size_t i = 0; i < f16.size(); ++i) {
+        max_diff = std::max(max_diff, std::fabs(f16[i] - q8[i]));
+        lo = std::min(lo, f16[i]);
+        hi = std::max(hi, f16[i]);
+    }
+    EXPECT_GT(max_diff, 0.0f);  // it is a different cache
+    EXPECT_LT(max_diff, 0.02f * (hi - lo)) << "spread " << hi - lo;
+    EXPECT_EQ(std::max_element(q8.begin(), q8.end()) - q8.begin(), std::max_element(f16.begin(), f16.end()) - f16.begin());
+
+    // A head size that is not a multiple of 32 cannot use it: a clear error, not a crash.
+    TinyModelSpec odd = spec;
+    odd.head_dim = 48;
+    odd.n_embd = 192;
+    Loaded lo48 = load_tiny(odd);
+    const Status st = lo48.model->check_kv_type(KvType::kQ8_0);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("48"), std::string::npos);
+}
+
 TEST(Forward, ThreadCountChangesNothing) {
     TinyModelSpec spec;
     spec.weight_type = DType::kQ8_0;
