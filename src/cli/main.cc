@@ -12,6 +12,7 @@
 #include "chat/builtin_format.h"
 #include "chat/jinja.h"
 #include "cli/args.h"
+#include "cli/bench.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "engine/generate.h"
@@ -378,7 +379,8 @@ void print_usage() {
         "usage: ferrox <command> [options]\n"
         "  serve     serve a model over HTTP: OpenAI and llama.cpp routes (ferrox serve -h)\n"
         "  run       generate text from a prompt (ferrox run -h)\n"
-        "  tokenize  print the token ids of a text (ferrox tokenize -h)\n");
+        "  tokenize  print the token ids of a text (ferrox tokenize -h)\n"
+        "  bench     prompt and generation speed, as llama-bench (ferrox bench -h)\n");
 }
 
 }  // namespace
@@ -394,6 +396,7 @@ int main(int argc, char** argv) {
     if (cmd == "serve") return cmd_serve(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "tokenize") return cmd_tokenize(argc, argv);
+    if (cmd == "bench") return cmd_bench(argc, argv);
     std::fprintf(stderr, "error: unknown command '%s'\n", cmd.c_str());
     print_usage();
     return 1;
