@@ -12,7 +12,11 @@ namespace ferrox {
 
 class MmapFile {
 public:
-    static Expected<std::unique_ptr<MmapFile>> open(const std::string& path);
+    // kMap maps the file (pages shared with the page cache, loaded on first touch). kCopy reads
+    // it into anonymous memory backed by transparent huge pages where the kernel allows: one
+    // TLB entry per 2 MiB instead of per 4 KiB, which weight streaming notices.
+    enum class Mode { kMap, kCopy };
+    static Expected<std::unique_ptr<MmapFile>> open(const std::string& path, Mode mode = Mode::kMap);
     ~MmapFile();
     MmapFile(const MmapFile&) = delete;
     MmapFile& operator=(const MmapFile&) = delete;
@@ -26,6 +30,7 @@ private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;
+    size_t mapped_ = 0;  // bytes of the mapping (kCopy rounds up to 2 MiB)
 };
 
 // Reads a whole file into a string (for small text files: JSON, templates).

@@ -76,6 +76,8 @@ struct ModelOptions {
     int n_threads = 0;      // 0: all cores
     int max_batch_tokens = 512;  // largest Batch::tokens.size() a forward accepts
     int max_ctx = 4096;     // longest sequence attention must handle
+    // load_model(): map the file (true) or copy the weights into huge-page memory (false).
+    bool mmap = false;
 };
 
 class Model final : public ForwardModel {
