@@ -48,6 +48,8 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--ids"}, false, "print generated token ids instead of text"},
     {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
     {{"-h", "--help"}, false, "this help"},
 };
 
@@ -72,7 +74,8 @@ Expected<std::string> prompt_text(const Args& a) {
 }
 
 Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
-                                                    std::unique_ptr<GgufFile>* gguf_out) {
+                                                    std::unique_ptr<GgufFile>* gguf_out,
+                                                    MmapFile::Mode mode = MmapFile::Mode::kMap) {
     if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
         // tokenizer_config.json beside it says whether BOS is added.
         std::string config = path.substr(0, path.find_last_of('/') + 1) + "tokenizer_config.json";
@@ -83,7 +86,7 @@ Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
         }
         return Tokenizer::from_hf_json(path, config);
     }
-    FERROX_ASSIGN_OR_RETURN(auto g, GgufFile::open(path));
+    FERROX_ASSIGN_OR_RETURN(auto g, GgufFile::open(path, mode));
     FERROX_ASSIGN_OR_RETURN(VocabSpec spec, vocab_from_gguf(*g));
     auto tok = Tokenizer::create(std::move(spec));
     if (!tok.has_value()) return Status(tok.status().code(), path + ": " + tok.status().message());
@@ -166,7 +169,7 @@ int cmd_run(int argc, char** argv) {
 
     auto t_load = std::chrono::steady_clock::now();
     std::unique_ptr<GgufFile> gguf;
-    auto tok = load_tokenizer(*model_path, &gguf);
+    auto tok = load_tokenizer(*model_path, &gguf, args->has("--mmap") ? MmapFile::Mode::kMap : MmapFile::Mode::kCopy);
     if (!tok.has_value()) return fail(tok.status());
     if (!gguf) return fail(invalid_argument(*model_path + ": not a GGUF model"));
 
@@ -265,10 +268,15 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"-m", "--model"}, true, "model file (GGUF)"},
     {{"--host"}, true, "address to bind (default 127.0.0.1)"},
     {{"--port"}, true, "port (default 8080)"},
-    {{"-c", "--ctx-size"}, true, "KV cache size in tokens, shared by all slots (default 4096)"},
+    {{"-c", "--ctx-size"}, true, "KV cache size in tokens, shared by all slots (default 4096); with --kv-budget, the longest context of one request"},
+    {{"--kv-budget"}, true, "KV cache size in MiB (replaces -c as the pool size)"},
+    {{"--kv-type"}, true, "KV cache type: f16 (default) or q8_0"},
+    {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
-    {{"-b", "--batch-size"}, true, "tokens per forward step (default 512)"},
+    {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
     {{"--alias"}, true, "model name to report and accept"},
     {{"--api-key"}, true, "require this API key (repeatable)"},
     {{"--api-key-file"}, true, "file with one API key per line"},
@@ -304,13 +312,16 @@ int cmd_serve(int argc, char** argv) {
     auto n_batch = args->get_int("-b", 512);
     auto n_predict = args->get_int("-n", -1);
     auto max_queue = args->get_int("--max-queue", 64);
-    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue}) {
+    auto kv_budget = args->get_int("--kv-budget", 0);
+    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue, &kv_budget}) {
         if (!e->has_value()) return fail(e->status());
     }
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
-    if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 1 || *max_queue < 0) {
-        return fail(invalid_argument("-c must be >= 16, -np and -b >= 1, -t and --max-queue >= 0"));
+    if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 2 || *max_queue < 0 || *kv_budget < 0) {
+        return fail(invalid_argument("-c must be >= 16, -np >= 1, -b >= 2, -t, --max-queue and --kv-budget >= 0"));
     }
+    auto kv_type = parse_kv_type(args->get("--kv-type").value_or("f16"));
+    if (!kv_type.has_value()) return fail(kv_type.status());
     if (auto f = args->get("--api-key-file")) {
         auto text = read_file(*f);
         if (!text.has_value()) return fail(text.status());
@@ -350,22 +361,33 @@ int cmd_serve(int argc, char** argv) {
 
     ModelOptions mo;
     mo.n_threads = *n_threads;
-    mo.max_ctx = *n_ctx;
+    // With --kv-budget the pool's size comes from memory, and -c (when given) only caps one
+    // request's context.
+    mo.max_ctx = *kv_budget > 0 && !args->has("-c") ? (1 << 17) : *n_ctx;
     mo.max_batch_tokens = *n_batch;
+    mo.mmap = args->has("--mmap");
     auto model = load_model(*model_path, mo);
     if (!model.has_value()) return fail(model.status());
     EngineOptions eo;
     eo.n_parallel = *n_par;
     eo.n_ctx = *n_ctx;
+    eo.kv_budget_mib = *kv_budget;
+    eo.kv_type = *kv_type;
+    eo.prefix_cache = !args->has("--no-prefix-cache");
     eo.max_batch_tokens = *n_batch;
     eo.max_queue = *max_queue;
     auto engine = Engine::create(*model, eo);
     if (!engine.has_value()) return fail(engine.status());
     const int ceiling = (*engine)->context_ceiling();
+    const int kv_blocks = (*engine)->kv_blocks();
+    const double kv_mib = static_cast<double>((*engine)->kv_block_bytes()) * kv_blocks / (1 << 20);
     Status st = (*server)->set_engine(std::move(*engine));
     if (!st.is_ok()) return fail(st);
-    std::fprintf(stderr, "ferrox: ready: model %s (%.0f ms to load), context %d tokens, %d slots\n",
-                 (*model)->name.c_str(), (*model)->load_ms, ceiling, *n_par);
+    std::fprintf(stderr,
+                 "ferrox: ready: model %s (%.0f ms to load), context %d tokens, %d slots, "
+                 "KV %s %d blocks of %d tokens (%.1f MiB)%s\n",
+                 (*model)->name.c_str(), (*model)->load_ms, ceiling, *n_par, kv_type_name(eo.kv_type), kv_blocks,
+                 eo.block_size, kv_mib, eo.prefix_cache ? ", prefix cache" : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);
