@@ -4,7 +4,8 @@
 For each model file: pp512 (one 512-token prompt from an empty cache) and tg128 (128
 single-token decode steps from an empty cache), as llama-bench defines them, at each thread
 count, R repetitions. Each repetition runs ferrox (`ferrox bench -r 1 -o jsonl`, a fresh process
-that warms up first, as llama-bench does) and then llama.cpp (the `llama_cpp` package, wall time
+that warms up first, as llama-bench does; weights copied into huge pages, its default, or with
+--ferrox-mmap mapped, or both) and then llama.cpp (the `llama_cpp` package, wall time
 around Llama.eval: one eval of the prompt for pp, N evals of one token for tg, with n_threads and
 n_threads_batch set, n_batch = n_ubatch = 512), once with the file memory-mapped and once with
 --no-mmap (llama.cpp's faster setting differs by machine). The ratio compares ferrox with the
@@ -17,7 +18,8 @@ model, load time and peak RSS of `ferrox run` against llama.cpp's (each a fresh 
 
 Usage:
   python3 bench/bench_cpu.py [MODEL.gguf ...] [--ferrox build/bin/ferrox] [-t 1,2] [-r 3]
-                             [-p 512] [-n 128] [--llama-mmap both|mmap|no-mmap] [--json-out F]
+                             [-p 512] [-n 128] [--llama-mmap both|mmap|no-mmap]
+                             [--ferrox-mmap no-mmap|mmap|both] [--json-out F]
 Without models: the default model and models/random-1b/*.gguf (scripts/make_random_model.py).
 Prints markdown; paste it into bench/RESULTS.md with the command line.
 """
@@ -122,9 +124,9 @@ def stream_bandwidth(binary, threads, gib, hugepages):
 
 # ---------------------------------------------------------------- the two engines
 
-def ferrox_bench(ferrox, model, n_prompt, n_gen, threads, reps):
+def ferrox_bench(ferrox, model, n_prompt, n_gen, threads, reps, mode):
     cmd = [ferrox, "bench", "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads),
-           "-r", str(reps), "-o", "jsonl"]
+           "-r", str(reps), "-o", "jsonl", "--" + mode]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
@@ -233,12 +235,14 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "text": out["choices"]
 """
 
 
-def load_and_rss(ferrox, model, threads, n_ctx, modes):
+def load_and_rss(ferrox, model, threads, n_ctx, ferrox_modes, modes):
     rows = []
-    out, err, rss, wall = child_rss([ferrox, "run", "-m", model, "-p", "hello", "-n", "8", "--temp", "0",
-                                     "-t", str(threads), "-c", str(n_ctx)])
-    load_ms = next((float(l.split("=")[1].split()[0]) for l in err.splitlines() if "load time" in l), float("nan"))
-    rows.append(("ferrox run", load_ms / 1000, rss, wall))
+    for mode in ferrox_modes:
+        out, err, rss, wall = child_rss([ferrox, "run", "-m", model, "-p", "hello", "-n", "8", "--temp", "0",
+                                         "-t", str(threads), "-c", str(n_ctx), "--" + mode])
+        load_ms = next((float(l.split("=")[1].split()[0]) for l in err.splitlines() if "load time" in l),
+                       float("nan"))
+        rows.append((f"ferrox run ({mode})", load_ms / 1000, rss, wall))
     _, _, base_rss, _ = child_rss([sys.executable, "-c", LLAMA_CHILD, "-", "mmap", "1", "0"])
     for mode in modes:
         out, err, rss, wall = child_rss([sys.executable, "-c", LLAMA_CHILD, model, mode, str(threads), str(n_ctx)])
@@ -257,6 +261,8 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=512, help="0: no pp test")
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="0: no tg test")
     ap.add_argument("--llama-mmap", choices=["both", "mmap", "no-mmap"], default="both")
+    ap.add_argument("--ferrox-mmap", choices=["both", "mmap", "no-mmap"], default="no-mmap",
+                    help="ferrox maps the file or copies the weights into huge pages (its default)")
     ap.add_argument("--llama-flash-attn", action="store_true", help="llama.cpp flash attention (default off)")
     ap.add_argument("--stream-gib", type=float, default=1.0, help="STREAM buffer (GiB); 0: skip")
     ap.add_argument("--rss-model", default=os.path.join(ROOT, RSS_MODEL), help="'' skips load time / RSS")
@@ -270,6 +276,7 @@ def main():
     if not os.access(a.ferrox, os.X_OK):
         sys.exit(f"{a.ferrox}: not built (cmake --preset release && cmake --build --preset release)")
     modes = ["mmap", "no-mmap"] if a.llama_mmap == "both" else [a.llama_mmap]
+    fmodes = ["mmap", "no-mmap"] if a.ferrox_mmap == "both" else [a.ferrox_mmap]
     import llama_cpp
 
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -300,12 +307,14 @@ def main():
                 llamas[mode].warm_up(a.n_prompt)
             for kind, n in tests:
                 row = {"model": stem, "path": model, "type": facts["type"], "test": f"{kind}{n}", "threads": t,
-                       "ferrox": [], **{f"llama.cpp {m}": [] for m in modes}}
+                       **{f"ferrox {m}": [] for m in fmodes}, **{f"llama.cpp {m}": [] for m in modes}}
                 for rep in range(a.reps):
                     log(f"{stem}: {kind}{n}, {t} threads, repetition {rep + 1}/{a.reps}")
-                    lines = ferrox_bench(a.ferrox, model, n if kind == "pp" else 0, n if kind == "tg" else 0, t, 1)
-                    ferrox_info = {k: lines[0].get(k) for k in ("build_commit", "kernels", "cpu_info")}
-                    row["ferrox"].append(lines[0]["avg_ts"])
+                    for fm in fmodes:
+                        lines = ferrox_bench(a.ferrox, model, n if kind == "pp" else 0, n if kind == "tg" else 0,
+                                             t, 1, fm)
+                        ferrox_info = {k: lines[0].get(k) for k in ("build_commit", "kernels", "cpu_info")}
+                        row[f"ferrox {fm}"].append(lines[0]["avg_ts"])
                     for mode in modes:
                         llm = llamas[mode]
                         row[f"llama.cpp {mode}"].append(llm.pp(n) if kind == "pp" else llm.tg(n))
@@ -317,7 +326,7 @@ def main():
     rss_rows, base_rss = [], 0.0
     if a.rss_model and os.path.exists(a.rss_model):
         log("load time and peak RSS ...")
-        rss_rows, base_rss = load_and_rss(a.ferrox, a.rss_model, max(threads), 2048, modes)
+        rss_rows, base_rss = load_and_rss(a.ferrox, a.rss_model, max(threads), 2048, fmodes, modes)
     load_end = os.getloadavg()
 
     # ---- report
@@ -328,7 +337,8 @@ def main():
     print(f"ferrox {ferrox_info.get('build_commit', '?')} (kernels {ferrox_info.get('kernels', '?')}); "
           f"llama-cpp-python {llama_cpp.__version__} ({llama_cpp.llama_print_system_info().decode().strip()}), "
           f"flash attention {'on' if a.llama_flash_attn else 'off'}.")
-    print(f"{a.reps} repetitions, ferrox and llama.cpp alternating; t/s as mean ± sd over repetitions.\n")
+    print(f"{a.reps} repetitions, ferrox and llama.cpp alternating; t/s as mean ± sd over repetitions; "
+          f"ferrox {' and '.join(fmodes)}; the ratio and the % of bound take the faster setting of each.\n")
 
     if bw:
         print("| threads | read bandwidth, huge pages (GB/s) | read bandwidth, 4 KiB pages (GB/s) |")
@@ -337,8 +347,11 @@ def main():
             print(f"| {t} | {bw.get(t, float('nan')):.2f} | {bw_4k.get(t, float('nan')):.2f} |")
         print()
 
-    head = "| model | type | test | threads | ferrox t/s |"
-    sep = "|---|---|---|---:|---:|"
+    head = "| model | type | test | threads |"
+    sep = "|---|---|---|---:|"
+    for m in fmodes:
+        head += f" ferrox {m} t/s |" if len(fmodes) > 1 else " ferrox t/s |"
+        sep += "---:|"
     for m in modes:
         head += f" llama.cpp {m} t/s |"
         sep += "---:|"
@@ -350,9 +363,11 @@ def main():
     print(head)
     print(sep)
     for r in results:
-        f_mean = mean_sd(r["ferrox"])[0]
+        f_mean = max(mean_sd(r[f"ferrox {m}"])[0] for m in fmodes)
         l_best = max(mean_sd(r[f"llama.cpp {m}"])[0] for m in modes)
-        line = f"| {r['model']} | {r['type']} | {r['test']} | {r['threads']} | {fmt(r['ferrox'])} |"
+        line = f"| {r['model']} | {r['type']} | {r['test']} | {r['threads']} |"
+        for m in fmodes:
+            line += f" {fmt(r[f'ferrox {m}'])} |"
         for m in modes:
             line += f" {fmt(r[f'llama.cpp {m}'])} |"
         line += f" {f_mean / l_best:.2f} |"

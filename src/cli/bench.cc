@@ -31,6 +31,8 @@ const std::vector<FlagSpec> kBenchFlags = {
     {{"-t", "--threads"}, true, "thread counts, comma-separated (default: all cores)"},
     {{"-r", "--repetitions"}, true, "timed runs of each test, after one warm-up (default 5)"},
     {{"-b", "--batch-size"}, true, "most prompt tokens in one forward pass (default 512)"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
     {{"-o", "--output"}, true, "md (default) or jsonl"},
     {{"-h", "--help"}, false, "this help"},
 };
@@ -262,6 +264,7 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
     j["n_threads"] = r.n_threads;
     j["type_k"] = "f16";
     j["type_v"] = "f16";
+    j["use_mmap"] = opts.mmap;
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
     j["n_depth"] = 0;
@@ -356,6 +359,7 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
         mo.n_threads = n_threads;
         mo.max_batch_tokens = std::max(1, std::min(opts.n_batch, max_prompt));
         mo.max_ctx = max_pos;
+        mo.mmap = opts.mmap;
         FERROX_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, load(mo));
         const int32_t bos = use_bos && **bos_id >= 0 && **bos_id < model->n_vocab()
                                 ? static_cast<int32_t>(**bos_id)
@@ -392,7 +396,8 @@ int cmd_bench(int argc, char** argv) {
     if (!args.has_value()) return fail(args.status());
     if (args->has("-h")) {
         std::printf(
-            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [-o md|jsonl]\n%s",
+            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--mmap] [-o "
+            "md|jsonl]\n%s",
             usage(kBenchFlags).c_str());
         return 0;
     }
@@ -415,6 +420,11 @@ int cmd_bench(int argc, char** argv) {
     if (!batch.has_value()) return fail(batch.status());
     opts.n_reps = *reps;
     opts.n_batch = *batch;
+    if (args->has("--mmap") && args->has("--no-mmap")) {
+        return fail(invalid_argument("--mmap and --no-mmap together"));
+    }
+    if (args->has("--mmap")) opts.mmap = true;
+    if (args->has("--no-mmap")) opts.mmap = false;
     const std::string out = args->get("-o").value_or("md");
     if (out == "jsonl") {
         opts.output = BenchOutput::kJsonl;

@@ -28,7 +28,8 @@ struct BenchOptions {
     std::vector<int> n_gen{128};     // one tg test per value; 0: none
     std::vector<int> n_threads;      // one round of tests per value; empty: all cores
     int n_reps = 5;
-    int n_batch = 512;  // most tokens in one forward pass
+    int n_batch = 512;                // most tokens in one forward pass
+    bool mmap = ModelOptions{}.mmap;  // map the file, or copy the weights (as `ferrox run`)
     BenchOutput output = BenchOutput::kMarkdown;
 };
 

@@ -71,7 +71,7 @@ TEST(Bench, JsonlLinesHaveLlamaBenchFields) {
         for (const char* key :
              {"model_filename", "model_type", "model_size", "model_n_params", "n_threads",
               "n_prompt", "n_gen", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ts",
-              "samples_ns", "cpu_info", "build_commit", "test_time"}) {
+              "samples_ns", "cpu_info", "build_commit", "test_time", "use_mmap"}) {
             EXPECT_TRUE(j.contains(key)) << key;
         }
         EXPECT_EQ(j["model_filename"], "some/dir/tiny.gguf");
