@@ -54,7 +54,7 @@ Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
 
 Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> model,
                                                  const EngineOptions& opts) {
-    if (!model || !model->model) return invalid_argument("no model");
+    if (!model || (!model->model && !model->stand_in) || !model->tokenizer) return invalid_argument("no model");
     if (opts.n_parallel < 1 || opts.block_size < 1 || opts.n_ctx < 1 || opts.max_batch_tokens < 2) {
         return invalid_argument("engine options out of range");
     }
@@ -402,7 +402,10 @@ bool Engine::step() {
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());
-    if (running_.empty()) return false;
+    if (running_.empty()) {
+        update_gauges();  // the last sequences were cancelled: the engine now idles
+        return false;
+    }
 
     // Every decoding sequence needs a slot for its next token: the oldest take blocks first and
     // the newest are preempted while the pool has none. Preempted sequences go back to the head
