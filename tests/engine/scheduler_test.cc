@@ -1,0 +1,860 @@
+// The scheduler on a fake model: thousands of random request mixes (shared prefixes, multi-turn
+// continuations, duplicates, stop strings, EOS, cancellations) over small KV pools, so that the
+// prefix cache and preemption run all the time. Every request that ends by stop or length gets
+// exactly what the fake gives its prompt alone, every request gets one kDone, none starves, and
+// every KV block comes back.
+//
+// The fake makes wrong KV sharing visible: forward() writes each position's token, position
+// and a hash of the whole history up to it into that position's K row, checks every earlier
+// row of the sequence (read through its block table) against the same chain, and derives the
+// next token from the history read back from the KV rows. A block of another history, a stale
+// block or a row written twice changes the output or fails the forward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox {
+namespace {
+
+constexpr int kVocab = 300;
+constexpr int32_t kEos = 0;
+constexpr uint64_t kSeed = 0x5eed5eed5eed5eedULL;
+
+uint64_t mix(uint64_t h, int32_t token) {
+    uint64_t x = h + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+// The next token after a history whose hash is `h`: EOS about one time in twelve.
+int32_t next_token(uint64_t h) {
+    const uint64_t r = mix(h, -1);
+    if (r % 12 == 0) return kEos;
+    return 1 + static_cast<int32_t>((r >> 8) % (kVocab - 1));
+}
+
+// One position's K row, as the fake writes it (needs row_bytes >= 16).
+struct Row {
+    int32_t token;
+    int32_t pos;
+    uint64_t hash;  // of the history up to and including this position
+};
+
+class FakeModel final : public ForwardModel {
+public:
+    static constexpr int kKvDim = 32;  // F16 rows of 64 bytes, Q8_0 rows of 34
+
+    int n_vocab() const override { return kVocab; }
+    int max_ctx() const override { return 8192; }
+    int n_ctx_train() const override { return 8192; }
+    int max_batch_tokens() const override { return 1024; }
+    KvGeometry kv_geometry(int block_size, KvType type) const override {
+        return {1, kKvDim, block_size, type};
+    }
+    Status check_kv_type(KvType) const override { return Status::ok(); }
+
+    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override {
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            ++n_forward_;
+            cv_.notify_all();
+            cv_.wait(lk, [&] { return hold_from_ < 0 || n_forward_ < hold_from_; });
+        }
+        Status st = run(batch, kv, logits);
+        if (!st.is_ok()) {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (error_.empty()) error_ = st.message();
+        }
+        return st;
+    }
+
+    // Test thread: stop forward() at its start until release() (from the n-th forward on, for
+    // hold_from); wait for the n-th forward to start.
+    void hold() { hold_from(0); }
+    void hold_from(int n) {
+        std::lock_guard<std::mutex> lk(mu_);
+        hold_from_ = n;
+        cv_.notify_all();
+    }
+    void release() {
+        std::lock_guard<std::mutex> lk(mu_);
+        hold_from_ = -1;
+        cv_.notify_all();
+    }
+    bool wait_forwards(int n) {
+        std::unique_lock<std::mutex> lk(mu_);
+        return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return n_forward_ >= n; });
+    }
+    int n_forward() {
+        std::lock_guard<std::mutex> lk(mu_);
+        return n_forward_;
+    }
+    std::string error() {
+        std::lock_guard<std::mutex> lk(mu_);
+        return error_;
+    }
+    int max_seqs_per_batch() const { return max_seqs_.load(); }
+
+private:
+    Status run(const Batch& batch, KvPool& kv, std::span<float> logits) {
+        const KvGeometry& geo = kv.geometry();
+        const int bs = geo.block_size;
+        const size_t row_bytes = geo.row_bytes();
+        if (row_bytes < sizeof(Row)) return internal_error("fake: rows too small");
+        int n_tok = 0, n_logits = 0;
+        written_.clear();
+        for (size_t i_seq = 0; i_seq < batch.seqs.size(); ++i_seq) {
+            const BatchSeq& s = batch.seqs[i_seq];
+            if (s.n_tokens < 1 || s.i_begin != n_tok) return internal_error("fake: batch layout");
+            if (static_cast<int64_t>(s.n_blocks) * bs < s.n_past + s.n_tokens) {
+                return internal_error("fake: block table too short");
+            }
+            n_tok += s.n_tokens;
+            auto row_at = [&](int pos) {
+                return kv.k_rows(s.block_table[pos / bs], 0) + static_cast<size_t>(pos % bs) * row_bytes;
+            };
+            // Every earlier position holds this sequence's history, in order.
+            uint64_t h = kSeed;
+            for (int p = 0; p < s.n_past; ++p) {
+                Row r;
+                std::memcpy(&r, row_at(p), sizeof r);
+                if (r.pos != p || r.token < 0 || r.token >= kVocab || r.hash != mix(h, r.token)) {
+                    return internal_error("fake: position " + std::to_string(p) + " of " +
+                                          std::to_string(s.n_past) + " (block " +
+                                          std::to_string(s.block_table[p / bs]) +
+                                          ") holds another history: pos " + std::to_string(r.pos) +
+                                          ", token " + std::to_string(r.token));
+                }
+                h = r.hash;
+            }
+            for (int i = 0; i < s.n_tokens; ++i) {
+                const int p = s.n_past + i;
+                const int32_t b = s.block_table[p / bs];
+                // A block being written belongs to this sequence alone and is not in the cache.
+                if (kv.ref_count(b) != 1 || kv.published(b)) {
+                    return internal_error("fake: writes position " + std::to_string(p) + " into block " +
+                                          std::to_string(b) + " (refs " + std::to_string(kv.ref_count(b)) +
+                                          (kv.published(b) ? ", published)" : ")"));
+                }
+                auto [it, fresh] = written_.emplace(b, static_cast<int>(i_seq));
+                if (!fresh && it->second != static_cast<int>(i_seq)) {
+                    return internal_error("fake: two sequences write block " + std::to_string(b));
+                }
+                const int32_t t = batch.tokens[s.i_begin + i];
+                h = mix(h, t);
+                const Row r{t, p, h};
+                std::memcpy(row_at(p), &r, sizeof r);
+            }
+            if (s.want_logits) {
+                if (static_cast<size_t>(n_logits + 1) * kVocab > logits.size()) {
+                    return internal_error("fake: logits too small");
+                }
+                float* row = logits.data() + static_cast<size_t>(n_logits++) * kVocab;
+                std::fill(row, row + kVocab, 0.0f);
+                row[next_token(h)] = 1.0f;
+            }
+        }
+        if (n_tok != static_cast<int>(batch.tokens.size())) return internal_error("fake: token count");
+        max_seqs_.store(std::max(max_seqs_.load(), static_cast<int>(batch.seqs.size())));
+        return Status::ok();
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int hold_from_ = -1;  // forwards from this one on wait for release(); -1: none
+    int n_forward_ = 0;
+    std::string error_;
+    std::atomic<int> max_seqs_{0};
+    std::unordered_map<int32_t, int> written_;  // block -> the batch sequence writing it
+};
+
+// Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).
+std::string piece(int32_t t) { return t == kEos ? "" : "[" + std::to_string(t) + "]"; }
+
+std::shared_ptr<LoadedModel> make_fake_model() {
+    VocabSpec spec;
+    spec.kind = VocabKind::kBpe;
+    spec.pre = "default";
+    spec.tokens.push_back("<|endoftext|>");
+    spec.token_types.push_back(TokenType::kControl);
+    for (int i = 1; i < kVocab; ++i) {
+        spec.tokens.push_back(piece(i));
+        spec.token_types.push_back(TokenType::kNormal);
+    }
+    spec.eos_id = kEos;
+    auto tok = Tokenizer::create(std::move(spec));
+    EXPECT_TRUE(tok.has_value()) << tok.status().message();
+    auto m = std::make_shared<LoadedModel>();
+    m->name = "fake";
+    m->tokenizer = std::move(*tok);
+    m->stand_in = std::make_unique<FakeModel>();
+    return m;
+}
+
+FakeModel& fake_of(const std::shared_ptr<LoadedModel>& m) { return static_cast<FakeModel&>(*m->stand_in); }
+
+// What greedy decoding of the fake gives `prompt` alone.
+struct Expect {
+    std::vector<int32_t> tokens;  // generated, the last one included (EOS, stop, or length)
+    std::string text;
+    FinishReason finish = FinishReason::kLength;
+};
+
+Expect expect_alone(const std::vector<int32_t>& prompt, int max_total, const std::set<int32_t>& stops,
+                    bool ignore_eos) {
+    Expect e;
+    uint64_t h = kSeed;
+    for (int32_t t : prompt) h = mix(h, t);
+    int n = static_cast<int>(prompt.size());
+    for (;;) {
+        const int32_t t = next_token(h);
+        e.tokens.push_back(t);
+        ++n;
+        if (t == kEos && !ignore_eos) {
+            e.finish = FinishReason::kStop;
+            return e;
+        }
+        if (stops.count(t)) {
+            e.finish = FinishReason::kStop;
+            return e;
+        }
+        e.text += piece(t);
+        if (n >= max_total) {
+            e.finish = FinishReason::kLength;
+            return e;
+        }
+        h = mix(h, t);
+    }
+}
+
+GenerationParams greedy(int max_tokens) {
+    GenerationParams p;
+    p.sampling.temperature = 0;
+    p.max_tokens = max_tokens;
+    return p;
+}
+
+// Every request's events, gathered under one lock.
+struct Tracker {
+    struct Req {
+        std::vector<int32_t> prompt;
+        GenerationParams params;
+        Expect want;
+        int cancel_after = -1;  // the sink cancels after this many text events
+        bool cancel_asked = false;
+        std::shared_ptr<RequestHandle> handle;
+        std::string text;
+        std::vector<int32_t> lp_tokens;
+        int n_text = 0, n_done = 0, n_after_done = 0;
+        uint64_t i_done = 0, i_first_text = 0;  // order of the kDone and first kText among all events
+        EngineEvent done;
+    };
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::unique_ptr<Req>> reqs;
+    int n_done = 0;
+    uint64_t n_events = 0;
+
+    Req& add() {
+        std::lock_guard<std::mutex> lk(mu);
+        reqs.push_back(std::make_unique<Req>());
+        return *reqs.back();
+    }
+    EventSink sink(Req& r) {
+        return [this, &r](EngineEvent&& ev) {
+            std::lock_guard<std::mutex> lk(mu);
+            ++n_events;
+            if (r.n_done > 0) ++r.n_after_done;
+            if (ev.kind == EngineEvent::Kind::kText) {
+                if (r.n_text++ == 0) r.i_first_text = n_events;
+                r.text += ev.text;
+                for (const auto& lp : ev.logprobs) r.lp_tokens.push_back(lp.token);
+                if (r.cancel_after >= 0 && r.n_text >= r.cancel_after && r.handle) {
+                    r.cancel_asked = true;
+                    r.handle->cancel();
+                }
+            } else if (ev.kind == EngineEvent::Kind::kDone) {
+                ++r.n_done;
+                ++n_done;
+                r.i_done = n_events;
+                r.done = std::move(ev);
+                cv.notify_all();
+            }
+        };
+    }
+    // Waits until `n` requests are done; false on timeout.
+    bool wait_done(int n, int seconds) {
+        std::unique_lock<std::mutex> lk(mu);
+        return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return n_done >= n; });
+    }
+};
+
+std::unique_ptr<Engine> make_engine(std::shared_ptr<LoadedModel> m, const EngineOptions& eo) {
+    auto e = Engine::create(std::move(m), eo);
+    EXPECT_TRUE(e.has_value()) << e.status().message();
+    return e ? std::move(*e) : nullptr;
+}
+
+// Polls until the engine reports nothing running or waiting (the gauges are updated at the end
+// of a step, after the last kDone).
+bool wait_idle(Engine& e) {
+    for (int i = 0; i < 2000; ++i) {
+        const Engine::Stats st = e.stats();
+        if (st.n_running == 0 && st.n_waiting == 0) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+}
+
+// ---- Random request mixes ----
+
+struct MixConfig {
+    const char* name;
+    EngineOptions eo;
+    int n_requests;
+    int max_prompt;
+    int max_new;
+    int alphabet;         // prompt tokens are drawn from 1..alphabet
+    bool want_hits;       // the mix must reuse cached prefixes
+    int want_preemption;  // 1: must preempt, 0: must not, -1: either
+    uint32_t seed;
+};
+
+EngineOptions options(int n_parallel, int n_ctx, int block_size, int max_batch, bool cache = true,
+                      KvType type = KvType::kF16) {
+    EngineOptions eo;
+    eo.n_parallel = n_parallel;
+    eo.n_ctx = n_ctx;
+    eo.block_size = block_size;
+    eo.max_batch_tokens = max_batch;
+    eo.prefix_cache = cache;
+    eo.kv_type = type;
+    eo.max_queue = 1 << 20;
+    return eo;
+}
+
+void PrintTo(const MixConfig& c, std::ostream* os) { *os << c.name; }
+
+class SchedulerMix : public ::testing::TestWithParam<MixConfig> {};
+
+TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) {
+    const MixConfig& cfg = GetParam();
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;  // outlives the engine, whose shutdown still calls sinks
+    auto engine = make_engine(model, cfg.eo);
+    ASSERT_TRUE(engine);
+    const int bs = cfg.eo.block_size;
+    const int ceiling = engine->context_ceiling();
+    ASSERT_GT(ceiling, cfg.max_new + 2);
+
+    std::mt19937 rng(cfg.seed);
+    auto rnd = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto chance = [&](int percent) { return rnd(0, 99) < percent; };
+    std::vector<std::vector<int32_t>> bases(4);
+    for (auto& b : bases) {
+        for (int i = 0; i < cfg.max_prompt; ++i) b.push_back(rnd(1, cfg.alphabet));
+    }
+
+    std::vector<Tracker::Req*> history;  // earlier accepted requests, for continuations
+    int n_submitted = 0, n_accepted = 0, n_rejected = 0;
+    int n_eos = 0, n_stop_string = 0, n_length = 0, n_cancelled = 0, n_hit_requests = 0;
+    while (n_submitted < cfg.n_requests) {
+        const int round = rnd(1, 3 * cfg.eo.n_parallel + 4);
+        std::vector<Tracker::Req*> in_round;
+        // Half the rounds arrive at once (the engine is held inside a forward meanwhile): full
+        // batches, duplicates computed side by side, the pool overcommitted.
+        const bool burst = chance(50);
+        if (burst) fake.hold_from(fake.n_forward() + 1);
+        for (int k = 0; k < round && n_submitted < cfg.n_requests; ++k, ++n_submitted) {
+            // The prompt.
+            const int cap = std::min(cfg.max_prompt, ceiling - 1);
+            std::vector<int32_t> prompt;
+            const int kind = rnd(0, 99);
+            if (kind < 15 && !in_round.empty()) {
+                prompt = in_round[rnd(0, static_cast<int>(in_round.size()) - 1)]->prompt;  // a duplicate
+            } else if (kind < 35 && !history.empty()) {
+                // The next turn of an earlier conversation: its prompt, its answer, more.
+                const Tracker::Req& r = *history[rnd(0, static_cast<int>(history.size()) - 1)];
+                prompt = r.prompt;
+                prompt.insert(prompt.end(), r.want.tokens.begin(), r.want.tokens.end());
+                for (int n = rnd(1, 8); n > 0; --n) prompt.push_back(rnd(1, cfg.alphabet));
+            } else if (kind < 85) {
+                const auto& b = bases[rnd(0, 3)];
+                prompt.assign(b.begin(), b.begin() + rnd(1, cap));
+                for (int n = rnd(0, 6); n > 0; --n) prompt.push_back(rnd(1, cfg.alphabet));
+            } else {
+                for (int n = rnd(1, cap); n > 0; --n) prompt.push_back(rnd(1, cfg.alphabet));
+            }
+            if (static_cast<int>(prompt.size()) > cap) prompt.resize(cap);
+
+            Tracker::Req& r = tr.add();
+            r.prompt = prompt;
+            r.params = greedy(rnd(1, cfg.max_new));
+            r.params.cache_prompt = !chance(15);
+            r.params.ignore_eos = chance(10);
+            r.params.top_logprobs = chance(50) ? 0 : -1;
+            const int n_prompt = static_cast<int>(prompt.size());
+            const bool over = chance(3);
+            if (over) {
+                r.params.max_tokens = ceiling - n_prompt + rnd(1, 5);
+            } else if (!r.params.ignore_eos && chance(5)) {
+                r.params.max_tokens = -1;  // until EOS or the ceiling
+            } else if (n_prompt + r.params.max_tokens > ceiling) {
+                r.params.max_tokens = ceiling - n_prompt;
+            }
+            const int max_total =
+                r.params.max_tokens > 0 ? std::min(n_prompt + r.params.max_tokens, ceiling) : ceiling;
+            std::set<int32_t> stops;
+            r.want = expect_alone(prompt, max_total, stops, r.params.ignore_eos);
+            if (chance(25)) {
+                // A stop string that the answer reaches (or not: a token it never produces).
+                const int32_t t = chance(80) ? r.want.tokens[rnd(0, static_cast<int>(r.want.tokens.size()) - 1)]
+                                             : static_cast<int32_t>(rnd(1, kVocab - 1));
+                if (t != kEos) {
+                    stops.insert(t);
+                    r.params.stop.push_back(piece(t));
+                }
+                r.want = expect_alone(prompt, max_total, stops, r.params.ignore_eos);
+            }
+            if (chance(6)) r.cancel_after = rnd(0, 6);
+
+            auto h = engine->submit(prompt, r.params, tr.sink(r));
+            if (over) {
+                ASSERT_FALSE(h.has_value());
+                EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+                EXPECT_NE(h.status().message().find(std::to_string(ceiling)), std::string::npos)
+                    << h.status().message();
+                ++n_rejected;
+                continue;
+            }
+            ASSERT_TRUE(h.has_value()) << h.status().message();
+            ++n_accepted;
+            in_round.push_back(&r);
+            {
+                std::lock_guard<std::mutex> lk(tr.mu);
+                r.handle = *h;
+                if (r.cancel_after == 0) {
+                    r.cancel_asked = true;
+                    r.handle->cancel();
+                }
+            }
+            // Random timing: some requests join a running batch, some a queue.
+            if (!burst && chance(20)) std::this_thread::sleep_for(std::chrono::microseconds(rnd(0, 300)));
+            if (chance(5)) {
+                // Cancel an earlier request of this round, wherever it is by now.
+                Tracker::Req& c = *in_round[rnd(0, static_cast<int>(in_round.size()) - 1)];
+                std::lock_guard<std::mutex> lk(tr.mu);
+                c.cancel_asked = true;
+                c.handle->cancel();
+            }
+        }
+        if (burst) fake.release();
+        // Nobody starves: everything submitted ends.
+        ASSERT_TRUE(tr.wait_done(n_accepted, 60))
+            << cfg.name << ": " << n_accepted - tr.n_done << " requests never finished; waiting "
+            << engine->stats().n_waiting << ", running " << engine->stats().n_running
+            << "; fake: " << fake.error();
+        // Blocks go back before kDone: with every request done, none is referenced.
+        EXPECT_EQ(engine->stats().kv_blocks_used, 0) << cfg.name;
+        EXPECT_TRUE(wait_idle(*engine)) << cfg.name << ": running " << engine->stats().n_running
+                                        << ", waiting " << engine->stats().n_waiting;
+
+        std::lock_guard<std::mutex> lk(tr.mu);
+        for (Tracker::Req* rp : in_round) {
+            const Tracker::Req& r = *rp;
+            const EngineEvent& d = r.done;
+            SCOPED_TRACE(std::string(cfg.name) + " request with " + std::to_string(r.prompt.size()) +
+                         "-token prompt, max_tokens " + std::to_string(r.params.max_tokens));
+            ASSERT_EQ(r.n_done, 1);
+            EXPECT_EQ(r.n_after_done, 0);
+            ASSERT_NE(d.finish, FinishReason::kError) << d.error.message();
+            EXPECT_EQ(d.n_prompt, static_cast<int>(r.prompt.size()));
+            EXPECT_EQ(d.n_cached % bs, 0);
+            EXPECT_LT(d.n_cached, d.n_prompt);
+            if (!r.params.cache_prompt || !cfg.eo.prefix_cache) {
+                EXPECT_EQ(d.n_cached, 0);
+            }
+            n_hit_requests += d.n_cached > 0;
+            if (d.finish == FinishReason::kCancelled) {
+                EXPECT_TRUE(r.cancel_asked) << "cancelled without being asked";
+                // What came before the cancellation is still the solo answer's beginning.
+                EXPECT_EQ(r.want.text.compare(0, r.text.size(), r.text), 0) << r.text << " vs " << r.want.text;
+                EXPECT_LE(d.n_completion, static_cast<int>(r.want.tokens.size()));
+                if (r.params.top_logprobs >= 0) {
+                    EXPECT_EQ(static_cast<int>(r.lp_tokens.size()), d.n_completion);
+                    EXPECT_TRUE(std::equal(r.lp_tokens.begin(), r.lp_tokens.end(), r.want.tokens.begin()));
+                }
+                ++n_cancelled;
+                continue;
+            }
+            EXPECT_EQ(d.finish, r.want.finish);
+            EXPECT_EQ(r.text, r.want.text);
+            EXPECT_EQ(d.n_completion, static_cast<int>(r.want.tokens.size()));
+            if (r.params.top_logprobs >= 0) {
+                EXPECT_EQ(r.lp_tokens, r.want.tokens);
+            }
+            if (d.finish == FinishReason::kLength) {
+                ++n_length;
+            } else if (r.want.tokens.back() == kEos && !r.params.ignore_eos) {
+                ++n_eos;
+            } else {
+                ++n_stop_string;
+                EXPECT_EQ(d.stop_matched.empty() ? piece(r.want.tokens.back()) : d.stop_matched,
+                          piece(r.want.tokens.back()));
+            }
+        }
+        if (::testing::Test::HasFailure()) break;
+        history.insert(history.end(), in_round.begin(), in_round.end());
+    }
+    EXPECT_EQ(fake.error(), "");
+    const Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.kv_blocks_used, 0);
+    if (cfg.want_hits) {
+        EXPECT_GT(st.prefix_hit_tokens, 0u) << cfg.name;
+        EXPECT_GT(n_hit_requests, 0) << cfg.name;
+    } else {
+        EXPECT_EQ(st.prefix_hit_tokens, 0u) << cfg.name;
+    }
+    if (cfg.want_preemption == 1) {
+        EXPECT_GT(st.n_preemptions, 0u) << cfg.name;
+    }
+    if (cfg.want_preemption == 0) {
+        EXPECT_EQ(st.n_preemptions, 0u) << cfg.name;
+    }
+    if (cfg.eo.n_parallel > 1) {
+        EXPECT_GT(fake.max_seqs_per_batch(), 1) << cfg.name;
+    }
+    // The mix reached every way a request ends.
+    EXPECT_GT(n_eos, 0);
+    EXPECT_GT(n_length, 0);
+    EXPECT_GT(n_stop_string, 0);
+    EXPECT_GT(n_cancelled, 0);
+    std::printf("[ %s ] %d requests (%d rejected): %d eos, %d stop string, %d length, %d cancelled; "
+                "%d cache hits (%llu tokens), %llu preemptions, %d forwards, up to %d sequences a batch\n",
+                cfg.name, n_submitted, n_rejected, n_eos, n_stop_string, n_length, n_cancelled, n_hit_requests,
+                static_cast<unsigned long long>(st.prefix_hit_tokens),
+                static_cast<unsigned long long>(st.n_preemptions), fake.n_forward(), fake.max_seqs_per_batch());
+    engine->shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, SchedulerMix,
+    ::testing::Values(
+        // 64 blocks of 4 for 8 sequences of up to 240 tokens: preemption all the time.
+        MixConfig{"bs4_pool256_np8", options(8, 256, 4, 32), 500, 200, 40, kVocab - 1, true, 1, 1},
+        // Large blocks, chunked prefill with a small budget.
+        MixConfig{"bs16_pool256_np4", options(4, 256, 16, 24), 400, 200, 48, kVocab - 1, true, 1, 2},
+        MixConfig{"q8_0_bs8_pool128_np3", options(3, 128, 8, 10, true, KvType::kQ8_0), 300, 100, 24,
+                  kVocab - 1, true, 1, 3},
+        // One sequence at a time: no preemption, FCFS, the cache still hits.
+        MixConfig{"serial_bs4", options(1, 320, 4, 64), 200, 200, 40, kVocab - 1, true, 0, 4},
+        // Blocks of one token over a three-letter alphabet: prefixes collide everywhere.
+        MixConfig{"bs1_alphabet3", options(6, 96, 1, 8), 500, 60, 24, 3, true, 1, 5},
+        MixConfig{"bs2_alphabet2", options(8, 64, 2, 12), 500, 40, 20, 2, true, 1, 6},
+        MixConfig{"no_prefix_cache", options(5, 160, 8, 12, false), 300, 120, 30, kVocab - 1, false, 1, 7},
+        // A pool that never runs out: no preemption.
+        MixConfig{"big_pool_bs16_np8", options(8, 4096, 16, 128), 400, 200, 40, kVocab - 1, true, 0, 8}),
+    [](const ::testing::TestParamInfo<MixConfig>& info) { return std::string(info.param.name); });
+
+// ---- Directed cases ----
+
+// Issue #4 item 5: a request that can never fit is refused with the numbers; one that does not
+// fit now waits for room and then runs.
+TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 64, 8, 64));  // 8 blocks of 8
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(engine->context_ceiling(), 64);
+    EXPECT_EQ(engine->kv_blocks(), 8);
+
+    auto over = engine->submit(std::vector<int32_t>(60, 5), greedy(10), tr.sink(tr.add()));
+    ASSERT_FALSE(over.has_value());
+    EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+    const std::string msg = over.status().message();
+    for (const char* n : {"60", "10", "64"}) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+    // max_tokens unset counts one token: a prompt of the whole context cannot get an answer.
+    auto full = engine->submit(std::vector<int32_t>(64, 5), greedy(-1), tr.sink(tr.add()));
+    ASSERT_FALSE(full.has_value());
+    EXPECT_NE(full.status().message().find("64"), std::string::npos) << full.status().message();
+    EXPECT_FALSE(engine->submit({}, greedy(1), tr.sink(tr.add())).has_value());
+    EXPECT_FALSE(engine->submit({kVocab}, greedy(1), tr.sink(tr.add())).has_value());
+
+    // A takes 6 blocks at admission and grows to all 8; B (6 more) cannot join until A is done.
+    std::vector<int32_t> pa, pb;
+    for (int i = 0; i < 40; ++i) {
+        pa.push_back(1 + i);
+        pb.push_back(100 + i);
+    }
+    GenerationParams p = greedy(20);
+    p.ignore_eos = true;
+    fake.hold();
+    Tracker::Req& a = tr.add();
+    Tracker::Req& b = tr.add();
+    ASSERT_TRUE(engine->submit(pa, p, tr.sink(a)).has_value());
+    ASSERT_TRUE(fake.wait_forwards(1));  // A is running; the engine is inside its forward
+    ASSERT_TRUE(engine->submit(pb, p, tr.sink(b)).has_value());
+    Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.n_running, 1);
+    EXPECT_EQ(st.n_waiting, 1);
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(2, 30));
+    std::lock_guard<std::mutex> lk(tr.mu);
+    for (auto* r : {&a, &b}) {
+        const std::vector<int32_t>& prompt = r == &a ? pa : pb;
+        const Expect want = expect_alone(prompt, 60, {}, true);
+        EXPECT_EQ(r->done.finish, FinishReason::kLength);
+        EXPECT_EQ(r->text, want.text);
+        EXPECT_EQ(r->done.n_completion, 20);
+    }
+    EXPECT_GT(b.i_first_text, a.i_done) << "B ran before A was done";
+    EXPECT_EQ(engine->stats().n_preemptions, 0u);
+    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+    EXPECT_EQ(fake.error(), "");
+}
+
+// Two sequences that fit at admission but not once grown: the newer one is preempted, waits,
+// recomputes (its full blocks from the cache) and still gives its solo answer.
+TEST(Scheduler, PreemptedSequenceContinuesExactly) {
+    for (bool cache : {true, false}) {
+        auto model = make_fake_model();
+        FakeModel& fake = fake_of(model);
+        Tracker tr;
+        auto engine = make_engine(model, options(2, 64, 8, 64, cache));  // 8 blocks of 8
+        ASSERT_TRUE(engine);
+        GenerationParams p = greedy(40);
+        p.ignore_eos = true;
+        std::vector<std::vector<int32_t>> prompts(2);
+        for (int i = 0; i < 20; ++i) {
+            prompts[0].push_back(1 + i);
+            prompts[1].push_back(50 + i);
+        }
+        fake.hold();  // both are admitted in the same step
+        std::vector<Tracker::Req*> rs;
+        for (const auto& pr : prompts) {
+            rs.push_back(&tr.add());
+            ASSERT_TRUE(engine->submit(pr, p, tr.sink(*rs.back())).has_value());
+        }
+        fake.release();
+        ASSERT_TRUE(tr.wait_done(2, 30));
+        std::lock_guard<std::mutex> lk(tr.mu);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const Expect want = expect_alone(prompts[i], 60, {}, true);
+            EXPECT_EQ(rs[i]->done.finish, FinishReason::kLength);
+            EXPECT_EQ(rs[i]->text, want.text) << "cache " << cache << ", request " << i;
+            EXPECT_EQ(rs[i]->done.n_completion, 40);
+        }
+        EXPECT_GT(engine->stats().n_preemptions, 0u);
+        EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+        EXPECT_EQ(fake.error(), "");
+    }
+}
+
+// A prompt that repeats an earlier one reuses its full blocks (all but the block holding the
+// last two prompt tokens), and reports them as cached.
+TEST(Scheduler, WarmPromptReusesFullBlocks) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;
+    auto engine = make_engine(model, options(4, 512, 8, 64));
+    ASSERT_TRUE(engine);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 35; ++i) prompt.push_back(1 + (i * 7) % 290);
+    const Expect want = expect_alone(prompt, 35 + 10, {}, false);
+    for (int turn = 0; turn < 3; ++turn) {
+        Tracker::Req& r = tr.add();
+        ASSERT_TRUE(engine->submit(prompt, greedy(10), tr.sink(r)).has_value());
+        ASSERT_TRUE(tr.wait_done(turn + 1, 30));
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, want.text);
+        EXPECT_EQ(r.done.n_cached, turn == 0 ? 0 : 32);  // (35 - 2) / 8 full blocks
+    }
+    // The next turn of the conversation also reuses the blocks of the generated tokens.
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), want.tokens.begin(), want.tokens.end());
+    next.push_back(7);
+    Tracker::Req& r = tr.add();
+    ASSERT_TRUE(engine->submit(next, greedy(5), tr.sink(r)).has_value());
+    ASSERT_TRUE(tr.wait_done(4, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        const int n = static_cast<int>(next.size());
+        // The first turn published every full block it computed: its prompt and all its
+        // generated tokens but the last (sampled, never fed back).
+        EXPECT_EQ(r.done.n_cached, (n - 2) / 8 * 8);
+        EXPECT_EQ(r.text, expect_alone(next, n + 5, {}, false).text);
+    }
+    const Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.prefix_lookups, 4u);
+    EXPECT_GE(st.prefix_hit_tokens, 96u);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+    EXPECT_GT(st.kv_blocks_cached, 0);
+    EXPECT_EQ(fake.error(), "");
+}
+
+// Cancelling requests while they wait, while they prefill and while they decode frees
+// everything and each gets exactly one kDone.
+TEST(Scheduler, CancelAnywhereFreesEverything) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 128, 4, 8));
+    ASSERT_TRUE(engine);
+    GenerationParams p = greedy(60);
+    p.ignore_eos = true;
+    fake.hold();
+    std::vector<Tracker::Req*> rs;
+    for (int i = 0; i < 6; ++i) {
+        rs.push_back(&tr.add());
+        auto h = engine->submit(std::vector<int32_t>(40, 1 + i), p, tr.sink(*rs.back()));
+        ASSERT_TRUE(h.has_value());
+        rs.back()->handle = *h;
+    }
+    ASSERT_TRUE(fake.wait_forwards(1));
+    rs[5]->handle->cancel();  // waiting
+    rs[0]->handle->cancel();  // prefilling (8 tokens a step)
+    fake.hold_from(12);  // lets the first forward go
+    ASSERT_TRUE(fake.wait_forwards(12));
+    for (auto* r : rs) r->handle->cancel();  // the rest, wherever they are
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(6, 30));
+    std::lock_guard<std::mutex> lk(tr.mu);
+    for (auto* r : rs) {
+        EXPECT_EQ(r->n_done, 1);
+        EXPECT_EQ(r->n_after_done, 0);
+        EXPECT_EQ(r->done.finish, FinishReason::kCancelled);
+    }
+    EXPECT_EQ(rs[5]->n_text, 0);
+    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+    EXPECT_EQ(fake.error(), "");
+}
+
+// A sequence that computed a block another sequence had just published (both cold) continues
+// its cache chain from the other's block, which it does not hold. When that block is evicted
+// and handed out again before the sequence's next block is full, the next block must not be
+// published under the block's new owner.
+//
+// Pool of 11 blocks of 4, three slots, 64 tokens a step:
+//   step 1: X (P + 2, one token), S (P + 1, four tokens) and V (15 tokens, two tokens) prefill
+//           together. X publishes F = its block of P and ends: F is cached, unreferenced. S's
+//           own block of P is a duplicate: S chains on F.
+//   step 2: V ends; its four published blocks are cached after F.
+//   step 3: Y (20 tokens, waiting so far) takes the 4 free blocks, then evicts F (the least
+//           recently released) for its fifth block and publishes it as Y's block 4.
+//   step 4: S's second block (its prompt's last token and three generated ones) is full and
+//           published with parent F: under Y's chain, although its K/V follow P.
+// Z = Y + S's second block + 2 tokens then matches Y's five blocks and S's block.
+//
+// DISABLED: fails on 3949086 (Engine::publish_blocks keeps `chain`, a block the sequence holds
+// no reference to, from one step to the next). Run it with --gtest_also_run_disabled_tests.
+TEST(Scheduler, DISABLED_ChainThroughABlockEvictedMeanwhileIsNotPublished) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;
+    auto engine = make_engine(model, options(3, 44, 4, 64));
+    ASSERT_TRUE(engine);
+    ASSERT_EQ(engine->kv_blocks(), 11);
+    auto params = [](int max_tokens) {
+        GenerationParams p = greedy(max_tokens);
+        p.ignore_eos = true;
+        return p;
+    };
+    const std::vector<int32_t> P = {1, 2, 3, 4};
+    std::vector<int32_t> x = P, s = P, v, y;
+    x.insert(x.end(), {5, 6});
+    s.push_back(7);
+    for (int i = 0; i < 15; ++i) v.push_back(100 + i);
+    for (int i = 0; i < 20; ++i) y.push_back(200 + i);
+
+    fake.hold();  // D occupies the engine until X, S, V and Y are all queued
+    Tracker::Req& d = tr.add();
+    ASSERT_TRUE(engine->submit({50, 51}, params(1), tr.sink(d)).has_value());
+    ASSERT_TRUE(fake.wait_forwards(1));
+    for (auto [prompt, n] : {std::pair{&x, 1}, {&s, 4}, {&v, 2}, {&y, 1}}) {
+        ASSERT_TRUE(engine->submit(*prompt, params(n), tr.sink(tr.add())).has_value());
+    }
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(5, 30));
+
+    const Expect s_out = expect_alone(s, 9, {}, true);
+    std::vector<int32_t> z = y;
+    z.push_back(7);
+    z.insert(z.end(), s_out.tokens.begin(), s_out.tokens.begin() + 3);
+    z.insert(z.end(), {60, 61});
+    Tracker::Req& rz = tr.add();
+    ASSERT_TRUE(engine->submit(z, greedy(5), tr.sink(rz)).has_value());
+    ASSERT_TRUE(tr.wait_done(6, 30));
+    std::lock_guard<std::mutex> lk(tr.mu);
+    for (size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(tr.reqs[i]->done.finish, FinishReason::kLength) << i;
+    }
+    EXPECT_EQ(tr.reqs[2]->text, s_out.text);
+    EXPECT_NE(rz.done.finish, FinishReason::kError) << rz.done.error.message();
+    EXPECT_EQ(rz.text, expect_alone(z, 31, {}, false).text);
+    EXPECT_EQ(rz.done.n_cached, 20);  // Y's blocks; S's block follows P, not Y
+    EXPECT_EQ(fake.error(), "");
+    EXPECT_EQ(engine->stats().n_preemptions, 0u);
+}
+
+// The gauges of an idle engine say so, also when its last request was cancelled mid-flight.
+TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 256, 4, 16));
+    ASSERT_TRUE(engine);
+    GenerationParams p = greedy(200);
+    p.ignore_eos = true;
+    Tracker::Req& r = tr.add();
+    fake.hold_from(5);
+    auto h = engine->submit(std::vector<int32_t>(20, 3), p, tr.sink(r));
+    ASSERT_TRUE(h.has_value());
+    ASSERT_TRUE(fake.wait_forwards(5));  // decoding
+    (*h)->cancel();
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+    EXPECT_TRUE(wait_idle(*engine)) << "running " << engine->stats().n_running << ", waiting "
+                                    << engine->stats().n_waiting;
+}
+
+// Shutdown ends every request, queued or running, with one kDone each.
+TEST(Scheduler, ShutdownEndsEveryRequest) {
+    auto model = make_fake_model();
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 64, 4, 8));
+    ASSERT_TRUE(engine);
+    GenerationParams p = greedy(50);
+    p.ignore_eos = true;
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->submit(std::vector<int32_t>(10, 1 + i), p, tr.sink(tr.add())).has_value());
+    engine->shutdown();
+    EXPECT_FALSE(engine->submit({1, 2}, p, tr.sink(tr.add())).has_value());
+    std::lock_guard<std::mutex> lk(tr.mu);
+    EXPECT_EQ(tr.n_done, 5);
+    for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(tr.reqs[i]->n_done, 1);
+        EXPECT_EQ(tr.reqs[i]->done.finish, FinishReason::kCancelled);
+    }
+    EXPECT_EQ(tr.reqs[5]->n_done, 0);  // refused: no events
+}
+
+}  // namespace
+}  // namespace ferrox
