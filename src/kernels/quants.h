@@ -67,6 +67,13 @@ struct QuantKernels {
     // loads can replace it per type without changing callers).
     void (*vec_dot_rows)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
                          const void* a, float* out);
+    // Several rows against several activation rows (prompt processing):
+    // out[c * out_stride + r] = dot(weight row r, activation row c) for r < n_rows, c < n_cols;
+    // activation row c starts at a + c * a_row_bytes. Each result is bit-identical to vec_dot
+    // (the same per-output summation order); only the loads are shared. Null for types without
+    // one: callers loop over vec_dot_rows.
+    void (*vec_dot_tile)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
+                         int64_t a_row_bytes, int64_t n_cols, float* out, int64_t out_stride) = nullptr;
 };
 
 // The kernels for a weight type on the selected ISA. CHECK-fails for unsupported types.

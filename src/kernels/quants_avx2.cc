@@ -178,6 +178,109 @@ void vec_dot_rows4(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows
     }
 }
 
+// ---- several rows against several activation rows ----
+//
+// Prompt processing multiplies each weight row with many activation rows. A tile of 2 weight
+// rows x 4 activation rows prepares each weight block once for 4 products and loads each
+// activation block once for 2, in 8 independent accumulator chains. Every output still adds
+// its blocks in order with the operations of blk_*: bit-identical to vec_dot.
+
+// The weight side of a block (unpacked once) and its product with an activation block.
+struct TileQ4_0 {
+    using WB = BlockQ4_0;
+    using YB = BlockQ8_0;
+    static constexpr bool kOffset = false;
+    static constexpr auto kBlk = blk_q4_0;
+    static __m256i prep(const WB& x) { return _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8)); }
+    static __m256i dot(__m256i qx, __m256i y) { return dot_i8i8(qx, y); }
+};
+struct TileQ4_1 {
+    using WB = BlockQ4_1;
+    using YB = BlockQ8_1;
+    static constexpr bool kOffset = true;
+    static constexpr auto kBlk = blk_q4_1;
+    static __m256i prep(const WB& x) { return unpack_nibbles(x.qs); }
+    static __m256i dot(__m256i qx, __m256i y) { return dot_u8i8(qx, y); }
+};
+struct TileQ8_0 {
+    using WB = BlockQ8_0;
+    using YB = BlockQ8_0;
+    static constexpr bool kOffset = false;
+    static constexpr auto kBlk = blk_q8_0;
+    static __m256i prep(const WB& x) { return load256(x.qs); }
+    static __m256i dot(__m256i qx, __m256i y) { return dot_i8i8(qx, y); }
+};
+
+template <typename T>
+void vec_dot_tile(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
+                  int64_t a_row_bytes, int64_t n_cols, float* out, int64_t out_stride) {
+    using WB = typename T::WB;
+    using YB = typename T::YB;
+    constexpr int kR = 2, kC = 4;
+    const int64_t nb = n / kQK;
+    const auto* wbase = static_cast<const uint8_t*>(w);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    int64_t c = 0;
+    for (; c + kC <= n_cols; c += kC) {
+        const YB* y0 = reinterpret_cast<const YB*>(abase + (c + 0) * a_row_bytes);
+        const YB* y1 = reinterpret_cast<const YB*>(abase + (c + 1) * a_row_bytes);
+        const YB* y2 = reinterpret_cast<const YB*>(abase + (c + 2) * a_row_bytes);
+        const YB* y3 = reinterpret_cast<const YB*>(abase + (c + 3) * a_row_bytes);
+        int64_t r = 0;
+        for (; r + kR <= n_rows; r += kR) {
+            const WB* x0 = reinterpret_cast<const WB*>(wbase + (r + 0) * w_row_bytes);
+            const WB* x1 = reinterpret_cast<const WB*>(wbase + (r + 1) * w_row_bytes);
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+            __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+            float o00 = 0, o01 = 0, o02 = 0, o03 = 0, o10 = 0, o11 = 0, o12 = 0, o13 = 0;
+            for (int64_t b = 0; b < nb; ++b) {
+                const float yd0 = f16_to_f32(y0[b].d), yd1 = f16_to_f32(y1[b].d);
+                const float yd2 = f16_to_f32(y2[b].d), yd3 = f16_to_f32(y3[b].d);
+                const __m256i q0 = T::prep(x0[b]), q1 = T::prep(x1[b]);
+                const float xd0 = f16_to_f32(x0[b].d), xd1 = f16_to_f32(x1[b].d);
+                if constexpr (T::kOffset) {
+                    const float m0 = f16_to_f32(x0[b].m), m1 = f16_to_f32(x1[b].m);
+                    const float s0 = f16_to_f32(y0[b].s), s1 = f16_to_f32(y1[b].s);
+                    const float s2 = f16_to_f32(y2[b].s), s3 = f16_to_f32(y3[b].s);
+                    o00 += m0 * s0; o01 += m0 * s1; o02 += m0 * s2; o03 += m0 * s3;
+                    o10 += m1 * s0; o11 += m1 * s1; o12 += m1 * s2; o13 += m1 * s3;
+                }
+                const __m256i v0 = load256(y0[b].qs), v1 = load256(y1[b].qs);
+                const __m256i v2 = load256(y2[b].qs), v3 = load256(y3[b].qs);
+#define FERROX_TILE_STEP(acc, q, v, xd, yd) \
+    acc = _mm256_fmadd_ps(_mm256_set1_ps((xd) * (yd)), _mm256_cvtepi32_ps(T::dot(q, v)), acc)
+                FERROX_TILE_STEP(a00, q0, v0, xd0, yd0);
+                FERROX_TILE_STEP(a01, q0, v1, xd0, yd1);
+                FERROX_TILE_STEP(a02, q0, v2, xd0, yd2);
+                FERROX_TILE_STEP(a03, q0, v3, xd0, yd3);
+                FERROX_TILE_STEP(a10, q1, v0, xd1, yd0);
+                FERROX_TILE_STEP(a11, q1, v1, xd1, yd1);
+                FERROX_TILE_STEP(a12, q1, v2, xd1, yd2);
+                FERROX_TILE_STEP(a13, q1, v3, xd1, yd3);
+#undef FERROX_TILE_STEP
+            }
+            float* o = out + c * out_stride + r;
+            o[0] = hsum_ps(a00) + o00;
+            o[out_stride] = hsum_ps(a01) + o01;
+            o[2 * out_stride] = hsum_ps(a02) + o02;
+            o[3 * out_stride] = hsum_ps(a03) + o03;
+            o[1] = hsum_ps(a10) + o10;
+            o[out_stride + 1] = hsum_ps(a11) + o11;
+            o[2 * out_stride + 1] = hsum_ps(a12) + o12;
+            o[3 * out_stride + 1] = hsum_ps(a13) + o13;
+        }
+        for (; r < n_rows; ++r) {
+            for (int j = 0; j < kC; ++j) {
+                vec_dot_rows4<WB, YB, T::kBlk>(n, wbase + r * w_row_bytes, w_row_bytes, 1,
+                                                abase + (c + j) * a_row_bytes, out + (c + j) * out_stride + r);
+            }
+        }
+    }
+    for (; c < n_cols; ++c) {
+        vec_dot_rows4<WB, YB, T::kBlk>(n, w, w_row_bytes, n_rows, abase + c * a_row_bytes, out + c * out_stride);
+    }
+}
+
 // ---- K formats ----
 
 // The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block as 16-bit lanes (0-7 scales, 8-15
@@ -496,6 +599,9 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     set(DType::kQ4_K, dot_q4_k, vec_dot_rows_loop<dot_q4_k>);
     set(DType::kQ5_K, dot_q5_k, vec_dot_rows_loop<dot_q5_k>);
     set(DType::kQ6_K, dot_q6_k, vec_dot_rows_loop<dot_q6_k>);
+    table[kernel_index(DType::kQ4_0)].vec_dot_tile = vec_dot_tile<TileQ4_0>;
+    table[kernel_index(DType::kQ4_1)].vec_dot_tile = vec_dot_tile<TileQ4_1>;
+    table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;
     table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
 }
 

@@ -237,6 +237,20 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             float* y = jobs[j].y;
             int64_t r0, r1;
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
+            if (kq.vec_dot_tile && n_tok >= 4) {
+                // Prompt: tiles of rows x tokens, a chunk of tokens at a time so its activations
+                // stay in cache while the thread's rows stream past.
+                constexpr int kTokChunk = 64;
+                for (int t0 = 0; t0 < n_tok; t0 += kTokChunk) {
+                    const int nt = std::min(kTokChunk, n_tok - t0);
+                    for (int64_t r = r0; r < r1; r += kTile) {
+                        const int64_t nr = std::min(kTile, r1 - r);
+                        kq.vec_dot_tile(sl.n_in, wdata + r * w_row, w_row, nr, sl.data + t0 * sl.row_bytes,
+                                        sl.row_bytes, nt, y + static_cast<int64_t>(t0) * n_out + r, n_out);
+                    }
+                }
+                continue;
+            }
             for (int64_t r = r0; r < r1; r += kTile) {
                 const int64_t nr = std::min(kTile, r1 - r);
                 for (int t = 0; t < n_tok; ++t) {

@@ -52,6 +52,56 @@ TEST_P(RowsExact, EveryWeightTypeEveryRowCount) {
     }
 }
 
+// The tile kernels (rows x activation rows, for prompts) give vec_dot's bits for every output,
+// over odd shapes: rows and columns not multiples of the tile, one row, one column.
+TEST_P(RowsExact, TilesMatchOneRowDots) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int n_types_with_tiles = 0;
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                    DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+        const QuantKernels& k = quant_kernels(t);
+        if (!k.vec_dot_tile) continue;
+        ++n_types_with_tiles;
+        const int64_t n = 256;
+        const int64_t row = dtype_row_bytes(t, n) + 8;
+        const int64_t arow = dtype_row_bytes(k.act_type, n) + 24;
+        for (int64_t n_rows : {1, 2, 3, 16, 17}) {
+            for (int64_t n_cols : {1, 3, 4, 5, 9}) {
+                std::vector<uint8_t> w(static_cast<size_t>(row * n_rows), 0);
+                std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
+                std::vector<float> x(n);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    for (float& v : x) v = nd(rng);
+                    quantize_row_ref(t, x.data(), w.data() + r * row, n);
+                }
+                for (int64_t c = 0; c < n_cols; ++c) {
+                    for (float& v : x) v = nd(rng);
+                    k.quantize_act_row(x.data(), a.data() + c * arow, n);
+                }
+                const int64_t stride = n_rows + 3;
+                std::vector<float> got(static_cast<size_t>(stride * n_cols), 12345.0f);
+                k.vec_dot_tile(n, w.data(), row, n_rows, a.data(), arow, n_cols, got.data(), stride);
+                for (int64_t c = 0; c < n_cols; ++c) {
+                    for (int64_t r = 0; r < stride; ++r) {
+                        const float g = got[c * stride + r];
+                        if (r >= n_rows) {
+                            ASSERT_EQ(g, 12345.0f) << "wrote outside the tile";
+                            continue;
+                        }
+                        const float one = k.vec_dot(n, w.data() + r * row, a.data() + c * arow);
+                        ASSERT_EQ(std::memcmp(&g, &one, 4), 0) << dtype_name(t) << " " << n_rows << "x" << n_cols
+                                                                << " at " << r << "," << c << ": " << g << " vs " << one;
+                    }
+                }
+            }
+        }
+    }
+    if (GetParam() == "avx2") {
+        EXPECT_GE(n_types_with_tiles, 3);  // Q4_0, Q4_1, Q8_0
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, RowsExact, ::testing::Values("scalar", "avx2"));
 
 }  // namespace
