@@ -61,14 +61,22 @@ void to_f16_scalar(const float* x, uint16_t* y, int n) {
     for (int i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
 }  // namespace
 
 // attention_f16_avx2.cc
 const AttnF16Kernels* attn_f16_kernels_avx2();
 
 const AttnF16Kernels& attn_f16_kernels_scalar() {
-    static const AttnF16Kernels k{dot_decode_scalar,    dot_prefill_scalar,    accumulate_scalar,
-                                  reduce_decode_scalar, reduce_prefill_scalar, to_f16_scalar};
+    static const AttnF16Kernels k{dot_decode_scalar,
+                                  dot_prefill_scalar,
+                                  accumulate_scalar,
+                                  reduce_decode_scalar,
+                                  reduce_prefill_scalar,
+                                  to_f16_scalar,
+                                  attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
+                                  attn_accumulate_run<accumulate_scalar, round_f16>};
     return k;
 }
 

@@ -13,6 +13,7 @@
 // P·V keeps R (32 or 8) partial rows acc[r][d] += p[i] * v[i][d] for i ≡ r and reduces them
 // per dimension in the same order. Chosen once (AVX2+F16C or scalar) at first use.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ferrox {
@@ -28,9 +29,38 @@ struct AttnF16Kernels {
     void (*reduce_prefill)(const float* acc, float* out, int n);
     // Converts n floats to F16 (KV writes).
     void (*to_f16)(const float* x, uint16_t* y, int n);
+    // Runs of consecutive cache rows (row j at k + j * stride), so the inner loops are not a
+    // call per position; each element is exactly what the one-row functions above give.
+    // out[j] = dot(q, row j) * scale, in the decode or prefill order.
+    void (*dots)(bool prefill, const float* q, const uint16_t* k, int stride, int count, int n, float scale,
+                 float* out);
+    // For each row j: acc[((p0 + j) % n_rows) * n ..] += f16(p[j]) * row j.
+    void (*accumulate_run)(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows,
+                           float* acc, int n);
 };
 
 const AttnF16Kernels& attn_f16_kernels();
+
+// The run kernels, built on a table's one-row functions (inlined where they are constants).
+template <float (*DotDecode)(const float*, const uint16_t*, int), float (*DotPrefill)(const float*, const uint16_t*, int)>
+void attn_dots_run(bool prefill, const float* q, const uint16_t* k, int stride, int count, int n, float scale,
+                   float* out) {
+    if (prefill) {
+        for (int j = 0; j < count; ++j) out[j] = DotPrefill(q, k + static_cast<size_t>(j) * stride, n) * scale;
+    } else {
+        for (int j = 0; j < count; ++j) out[j] = DotDecode(q, k + static_cast<size_t>(j) * stride, n) * scale;
+    }
+}
+
+template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>
+void attn_accumulate_run(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows, float* acc,
+                         int n) {
+    int r = p0 % n_rows;
+    for (int j = 0; j < count; ++j) {
+        Accumulate(Round(p[j]), v + static_cast<size_t>(j) * stride, acc + static_cast<size_t>(r) * n, n);
+        if (++r == n_rows) r = 0;
+    }
+}
 const AttnF16Kernels& attn_f16_kernels_scalar();
 
 }  // namespace ferrox

@@ -14,7 +14,7 @@ inline __m256 load_f16(const uint16_t* p) {
 
 inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
 
-float dot_decode_avx2(const float* q, const uint16_t* k, int n) {
+__attribute__((always_inline)) inline float dot_decode_avx2(const float* q, const uint16_t* k, int n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -38,13 +38,13 @@ inline float hsum_tiny(__m256 x) {
     return _mm_cvtss_f32(t);
 }
 
-float dot_prefill_avx2(const float* q, const uint16_t* k, int n) {
+__attribute__((always_inline)) inline float dot_prefill_avx2(const float* q, const uint16_t* k, int n) {
     __m256 a = _mm256_setzero_ps();
     for (int i = 0; i + 8 <= n; i += 8) a = _mm256_fmadd_ps(load_f16(k + i), _mm256_loadu_ps(q + i), a);
     return hsum_tiny(a);
 }
 
-void accumulate_avx2(float p, const uint16_t* v, float* acc, int n) {
+__attribute__((always_inline)) inline void accumulate_avx2(float p, const uint16_t* v, float* acc, int n) {
     const __m256 pv = _mm256_set1_ps(p);
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -103,11 +103,20 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
     for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+// F16C rounds to nearest even, as fp32_to_fp16 does.
+inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+
 }  // namespace
 
 const AttnF16Kernels* attn_f16_kernels_avx2() {
-    static const AttnF16Kernels k{dot_decode_avx2,    dot_prefill_avx2,    accumulate_avx2,
-                                  reduce_decode_avx2, reduce_prefill_avx2, to_f16_avx2};
+    static const AttnF16Kernels k{dot_decode_avx2,
+                                  dot_prefill_avx2,
+                                  accumulate_avx2,
+                                  reduce_decode_avx2,
+                                  reduce_prefill_avx2,
+                                  to_f16_avx2,
+                                  attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
+                                  attn_accumulate_run<accumulate_avx2, round_f16>};
     return &k;
 }
 

@@ -328,19 +328,17 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int n_kv = s.pos[t] + 1;  // causal: positions [0, pos]
             const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
             for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
-            for (int p = 0; p < n_kv; ++p) {
-                const auto* krow = reinterpret_cast<const uint16_t*>(
-                                       kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
-                                   kvh * hd;
-                scores[p] = (prefill ? fk.dot_prefill : fk.dot_decode)(qh, krow, hd) * scale;
+            // Block by block: the positions of one block are consecutive rows.
+            const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
+            for (int p = 0; p < n_kv; p += bs) {
+                const auto* krow = reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                fk.dots(prefill, qh, krow, stride, std::min(bs, n_kv - p), hd, scale, scores + p);
             }
             softmax_inplace(scores, n_kv);
             std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
-            for (int p = 0; p < n_kv; ++p) {
-                const auto* vrow = reinterpret_cast<const uint16_t*>(
-                                       kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
-                                   kvh * hd;
-                fk.accumulate(fp16_to_fp32(fp32_to_fp16(scores[p])), vrow, acc + (p % n_rows) * hd, hd);
+            for (int p = 0; p < n_kv; p += bs) {
+                const auto* vrow = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                fk.accumulate_run(scores + p, vrow, stride, std::min(bs, n_kv - p), p, n_rows, acc, hd);
             }
             float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
             (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
