@@ -209,6 +209,13 @@ std::shared_ptr<LoadedModel> make_fake_model() {
 
 FakeModel& fake_of(const std::shared_ptr<LoadedModel>& m) { return static_cast<FakeModel&>(*m->stand_in); }
 
+// Releases a held fake when a test leaves early, before the engine (declared earlier) joins its
+// thread, which may be waiting inside forward().
+struct ReleaseOnExit {
+    FakeModel& fake;
+    ~ReleaseOnExit() { fake.release(); }
+};
+
 // What greedy decoding of the fake gives `prompt` alone.
 struct Expect {
     std::vector<int32_t> tokens;  // generated, the last one included (EOS, stop, or length)
@@ -360,6 +367,7 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     Tracker tr;  // outlives the engine, whose shutdown still calls sinks
     auto engine = make_engine(model, cfg.eo);
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     const int bs = cfg.eo.block_size;
     const int ceiling = engine->context_ceiling();
     ASSERT_GT(ceiling, cfg.max_new + 2);
@@ -583,6 +591,7 @@ TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
     Tracker tr;
     auto engine = make_engine(model, options(2, 64, 8, 64));  // 8 blocks of 8
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     EXPECT_EQ(engine->context_ceiling(), 64);
     EXPECT_EQ(engine->kv_blocks(), 8);
 
@@ -640,6 +649,7 @@ TEST(Scheduler, PreemptedSequenceContinuesExactly) {
         Tracker tr;
         auto engine = make_engine(model, options(2, 64, 8, 64, cache));  // 8 blocks of 8
         ASSERT_TRUE(engine);
+        ReleaseOnExit guard{fake};
         GenerationParams p = greedy(40);
         p.ignore_eos = true;
         std::vector<std::vector<int32_t>> prompts(2);
@@ -662,10 +672,41 @@ TEST(Scheduler, PreemptedSequenceContinuesExactly) {
             EXPECT_EQ(rs[i]->text, want.text) << "cache " << cache << ", request " << i;
             EXPECT_EQ(rs[i]->done.n_completion, 40);
         }
+        // The newer one was preempted: the older ran straight through and ended first.
+        EXPECT_LT(rs[0]->i_done, rs[1]->i_done);
         EXPECT_GT(engine->stats().n_preemptions, 0u);
         EXPECT_EQ(engine->stats().kv_blocks_used, 0);
         EXPECT_EQ(fake.error(), "");
     }
+}
+
+// cache_prompt = false: the request neither reuses cached blocks nor leaves its own behind.
+TEST(Scheduler, CachePromptFalseNeitherReusesNorPublishes) {
+    auto model = make_fake_model();
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 256, 4, 64));
+    ASSERT_TRUE(engine);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 30; ++i) prompt.push_back(40 + i);
+    GenerationParams off = greedy(4), on = greedy(4);
+    off.cache_prompt = false;
+    Tracker::Req& a = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, off, tr.sink(a)).has_value());
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    EXPECT_EQ(engine->stats().kv_blocks_cached, 0);
+    Tracker::Req& b = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, on, tr.sink(b)).has_value());
+    ASSERT_TRUE(tr.wait_done(2, 30));
+    Tracker::Req& c = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, off, tr.sink(c)).has_value());
+    ASSERT_TRUE(tr.wait_done(3, 30));
+    std::lock_guard<std::mutex> lk(tr.mu);
+    EXPECT_EQ(a.done.n_cached, 0);
+    EXPECT_EQ(b.done.n_cached, 0);  // nothing was left by a
+    EXPECT_EQ(c.done.n_cached, 0);  // b's blocks are cached, but c does not look
+    EXPECT_GT(engine->stats().kv_blocks_cached, 0);
+    EXPECT_EQ(engine->stats().prefix_lookups, 1u);
+    for (auto* r : {&a, &b, &c}) EXPECT_EQ(r->text, a.text);
 }
 
 // A prompt that repeats an earlier one reuses its full blocks (all but the block holding the
@@ -718,6 +759,7 @@ TEST(Scheduler, CancelAnywhereFreesEverything) {
     Tracker tr;
     auto engine = make_engine(model, options(2, 128, 4, 8));
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     GenerationParams p = greedy(60);
     p.ignore_eos = true;
     fake.hold();
@@ -771,6 +813,7 @@ TEST(Scheduler, DISABLED_ChainThroughABlockEvictedMeanwhileIsNotPublished) {
     Tracker tr;
     auto engine = make_engine(model, options(3, 44, 4, 64));
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     ASSERT_EQ(engine->kv_blocks(), 11);
     auto params = [](int max_tokens) {
         GenerationParams p = greedy(max_tokens);
@@ -814,6 +857,27 @@ TEST(Scheduler, DISABLED_ChainThroughABlockEvictedMeanwhileIsNotPublished) {
     EXPECT_EQ(engine->stats().n_preemptions, 0u);
 }
 
+// The smallest step budget the engine accepts still computes every prompt. With two tokens a
+// step, a prompt of three cannot be cut into chunks of two or more: the engine must still make
+// progress (or refuse the budget at create()).
+//
+// DISABLED: fails on 955752e: the 3-token prompt is skipped at every step (Engine::step, "if (n
+// < 2 && rest > 1) continue"), and the engine thread spins on empty steps. Run it with
+// --gtest_also_run_disabled_tests.
+TEST(Scheduler, DISABLED_SmallestStepBudgetCompletesEveryPrompt) {
+    auto model = make_fake_model();
+    Tracker tr;
+    auto e = Engine::create(model, options(2, 64, 4, 2));
+    if (!e.has_value()) GTEST_SKIP() << "a budget of 2 is refused: " << e.status().message();
+    auto engine = std::move(*e);
+    for (int n = 1; n <= 7; ++n) {
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < n; ++i) prompt.push_back(10 + i);
+        ASSERT_TRUE(engine->submit(prompt, greedy(3), tr.sink(tr.add())).has_value());
+    }
+    ASSERT_TRUE(tr.wait_done(7, 5)) << tr.n_done << " of 7 prompts done; stuck with a 3-token prompt?";
+}
+
 // The gauges of an idle engine say so, also when its last request was cancelled mid-flight.
 TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
     auto model = make_fake_model();
@@ -821,6 +885,7 @@ TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
     Tracker tr;
     auto engine = make_engine(model, options(2, 256, 4, 16));
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     GenerationParams p = greedy(200);
     p.ignore_eos = true;
     Tracker::Req& r = tr.add();
