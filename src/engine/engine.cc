@@ -39,6 +39,7 @@ struct Engine::Seq {
     uint64_t order = 0;           // admission order: the highest is preempted first
     int n_published = 0;          // leading blocks in the prefix cache (published or matched)
     int32_t chain = -1;           // the cache's block for the last published position
+    uint32_t chain_epoch = 0;     // its epoch (the sequence may hold no reference to it)
     int n_cached = 0;             // prompt tokens reused from the cache at first admission
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
@@ -220,10 +221,15 @@ void Engine::publish_blocks(Seq& s) {
     const std::vector<int32_t>& blocks = s.kv->blocks();
     while ((s.n_published + 1) * bs <= s.n_in_kv) {
         const int i = s.n_published++;
-        if (i > 0 && s.chain < 0) continue;  // the chain broke: nothing after it can be found
         // When another sequence published the same prefix first (both computed it cold), the
-        // chain continues from its block, so this sequence's later blocks are still found.
+        // chain continues from its block, so this sequence's later blocks are still found. That
+        // block may have been evicted and handed out since: then the chain is broken.
+        if (i > 0 && (s.chain < 0 || kv_->epoch(s.chain) != s.chain_epoch || !kv_->published(s.chain))) {
+            s.chain = -1;
+            continue;  // nothing after a broken link can be found
+        }
         s.chain = kv_->publish(blocks[i], i > 0 ? s.chain : -1, s.tokens.data() + static_cast<size_t>(i) * bs);
+        if (s.chain >= 0) s.chain_epoch = kv_->epoch(s.chain);
     }
 }
 
@@ -386,6 +392,7 @@ void Engine::admit() {
         s.n_in_kv = n_matched * bs;
         s.n_published = n_matched;
         s.chain = n_matched > 0 ? matched.back() : -1;
+        s.chain_epoch = n_matched > 0 ? kv_->epoch(s.chain) : 0;
         s.preempted = false;
         s.order = next_order_++;
         running_.push_back(std::move(waiting_.front()));
@@ -441,7 +448,9 @@ bool Engine::step() {
                 n = std::min(budget, rest);
                 // A prompt is computed in chunks of two or more tokens, so every position sums
                 // attention in the prefill order, however the budget splits it (engine.h).
-                if (n < rest && rest - n == 1) --n;
+                // (Only a step budget of 2 cannot split an odd remainder into such chunks:
+                // then the last token goes alone rather than never.)
+                if (n < rest && rest - n == 1 && n > 2) --n;
                 if (n < 2 && rest > 1) continue;
             }
             // (A preempted sequence replays its generated tokens one per step, as they were

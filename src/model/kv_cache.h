@@ -81,6 +81,9 @@ public:
     // chains its next block on the returned one); -1 when `parent` is not published.
     int32_t publish(int32_t block, int32_t parent, const int32_t* tokens);
     bool published(int32_t block) const { return meta_[block].hash != 0; }
+    // Changes each time the block is handed out: a holder of a block id that it does not
+    // reference compares epochs to know the block is still the one it saw.
+    uint32_t epoch(int32_t block) const { return meta_[block].epoch; }
     // Drops every unreferenced cached block (they return to the free list).
     void clear_cache();
 
