@@ -24,7 +24,7 @@ Usage:
   python3 bench/bench_serving.py [--ferrox build/bin/ferrox] [--llama-server PATH]
                                  [-m MODEL] [-t 2] [-r 3] [-n 128] [--clients 1,4,16]
                                  [--ttft-prompt 2000] [--ttft-suffix 50] [--ctx 4096]
-                                 [--json-out FILE]
+                                 [--llama-extra '-kvu'] [--ferrox-extra ARGS] [--json-out FILE]
 Without --llama-server (or when the path does not exist) the llama.cpp column is skipped.
 Prints markdown; paste it into bench/RESULTS.md with the command line.
 """
@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import signal
 import socket
 import statistics
@@ -266,6 +267,8 @@ def main():
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--ttft-prompt", type=int, default=2000, help="tokens of the TTFT prompt (0: no TTFT test)")
     ap.add_argument("--ttft-suffix", type=int, default=50, help="tokens of the warm prompt that differ")
+    ap.add_argument("--llama-extra", default="", help="more llama-server arguments, e.g. '-kvu' (one shared KV pool)")
+    ap.add_argument("--ferrox-extra", default="", help="more ferrox serve arguments, e.g. '--kv-type q8_0'")
     ap.add_argument("--json-out", help="write every sample here as JSON")
     args = ap.parse_args()
 
@@ -284,13 +287,13 @@ def main():
     try:
         servers.append(ServerProc("ferrox", lambda port: [
             args.ferrox, "serve", "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
-            "-np", str(args.parallel), "-c", str(args.ctx), "-t", t]))
+            "-np", str(args.parallel), "-c", str(args.ctx), "-t", t, *shlex.split(args.ferrox_extra)]))
         llama = args.llama_server
         if llama and os.path.exists(llama):
             servers.append(ServerProc("llama.cpp", lambda port: [
                 llama, "-m", args.model, "--host", "127.0.0.1", "--port", str(port),
                 "-np", str(args.parallel), "-c", str(args.parallel * args.ctx), "-t", t, "-tb", t,
-                "--no-webui"]))
+                "--no-webui", *shlex.split(args.llama_extra)]))
         elif llama:
             log(f"llama-server not found at {llama}: llama.cpp column skipped")
         names = [s.name for s in servers]
@@ -341,7 +344,9 @@ def main():
         load = float("nan")
     out.append(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, load average at the end {load:.2f}. "
                f"Model {model_name}; {args.threads} threads; -np {args.parallel}; ferrox -c {args.ctx}, "
-               f"llama-server -c {args.parallel * args.ctx}; {args.reps} repetition(s), mean ± sd.")
+               f"llama-server -c {args.parallel * args.ctx}; {args.reps} repetition(s), mean ± sd."
+               + (f" ferrox extra: `{args.ferrox_extra}`." if args.ferrox_extra else "")
+               + (f" llama-server extra: `{args.llama_extra}`." if args.llama_extra else ""))
     out.append("")
     hdr = "| test | ferrox |" + (" llama.cpp | ferrox / llama.cpp |" if has_llama else "")
     out.append(hdr)
