@@ -64,15 +64,20 @@ void ThreadPool::run(Job job, void* ctx) {
     job_ = job;
     ctx_ = ctx;
     n_pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-    futex_wake_all(&generation_);
+    // The wake is a syscall: only when a worker went to sleep. (A worker announces its sleep
+    // before futex_wait checks the generation, and both sides use sequentially consistent
+    // read-modify-writes, so either the worker sees the new generation or we see it asleep.)
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    if (n_sleeping_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&generation_);
     job(ctx, 0, n_threads_);
     int spins = 0;
     for (int left; (left = n_pending_.load(std::memory_order_acquire)) != 0;) {
         if (++spins < kSpinIterations) {
             cpu_relax();
         } else {
+            caller_sleeping_.store(1, std::memory_order_seq_cst);
             futex_wait(&n_pending_, left);  // the last worker wakes us
+            caller_sleeping_.store(0, std::memory_order_relaxed);
         }
     }
 }
@@ -88,13 +93,18 @@ void ThreadPool::worker_main(int i_thread) {
             if (++spins < kSpinIterations) {
                 cpu_relax();
             } else {
+                n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
                 futex_wait(&generation_, seen);
+                n_sleeping_.fetch_sub(1, std::memory_order_seq_cst);
             }
         }
         seen = g;
         if (stop_.load(std::memory_order_acquire)) return;
         job_(ctx_, i_thread, n_threads_);
-        if (n_pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) futex_wake_all(&n_pending_);
+        if (n_pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+            caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
+            futex_wake_all(&n_pending_);
+        }
     }
 }
 

@@ -49,6 +49,8 @@ private:
     void* ctx_ = nullptr;
     std::atomic<uint32_t> generation_{0};
     std::atomic<int> n_pending_{0};
+    std::atomic<int> n_sleeping_{0};      // workers in futex_wait on generation_
+    std::atomic<int> caller_sleeping_{0};  // run()'s thread in futex_wait on n_pending_
     std::atomic<bool> stop_{false};
 };
 
