@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -372,7 +373,12 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     const int ceiling = engine->context_ceiling();
     ASSERT_GT(ceiling, cfg.max_new + 2);
 
-    std::mt19937 rng(cfg.seed);
+    // FERROX_SCHEDULER_STRESS=k runs k times as many requests, from another seed (a soak run;
+    // CI runs k = 1).
+    const char* stress = std::getenv("FERROX_SCHEDULER_STRESS");
+    const int scale = stress ? std::max(1, std::atoi(stress)) : 1;
+    const int n_requests = cfg.n_requests * scale;
+    std::mt19937 rng(cfg.seed + 1000u * (scale - 1));
     auto rnd = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     auto chance = [&](int percent) { return rnd(0, 99) < percent; };
     std::vector<std::vector<int32_t>> bases(4);
@@ -383,14 +389,14 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     std::vector<Tracker::Req*> history;  // earlier accepted requests, for continuations
     int n_submitted = 0, n_accepted = 0, n_rejected = 0;
     int n_eos = 0, n_stop_string = 0, n_length = 0, n_cancelled = 0, n_hit_requests = 0;
-    while (n_submitted < cfg.n_requests) {
+    while (n_submitted < n_requests) {
         const int round = rnd(1, 3 * cfg.eo.n_parallel + 4);
         std::vector<Tracker::Req*> in_round;
         // Half the rounds arrive at once (the engine is held inside a forward meanwhile): full
         // batches, duplicates computed side by side, the pool overcommitted.
         const bool burst = chance(50);
         if (burst) fake.hold_from(fake.n_forward() + 1);
-        for (int k = 0; k < round && n_submitted < cfg.n_requests; ++k, ++n_submitted) {
+        for (int k = 0; k < round && n_submitted < n_requests; ++k, ++n_submitted) {
             // The prompt.
             const int cap = std::min(cfg.max_prompt, ceiling - 1);
             std::vector<int32_t> prompt;
@@ -803,11 +809,9 @@ TEST(Scheduler, CancelAnywhereFreesEverything) {
 //           recently released) for its fifth block and publishes it as Y's block 4.
 //   step 4: S's second block (its prompt's last token and three generated ones) is full and
 //           published with parent F: under Y's chain, although its K/V follow P.
-// Z = Y + S's second block + 2 tokens then matches Y's five blocks and S's block.
-//
-// DISABLED: fails on 3949086 (Engine::publish_blocks keeps `chain`, a block the sequence holds
-// no reference to, from one step to the next). Run it with --gtest_also_run_disabled_tests.
-TEST(Scheduler, DISABLED_ChainThroughABlockEvictedMeanwhileIsNotPublished) {
+// Z = Y + S's second block + 2 tokens then matches Y's five blocks and S's block (as it did
+// before 9cb82de).
+TEST(Scheduler, ChainThroughABlockEvictedMeanwhileIsNotPublished) {
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     Tracker tr;
@@ -859,12 +863,9 @@ TEST(Scheduler, DISABLED_ChainThroughABlockEvictedMeanwhileIsNotPublished) {
 
 // The smallest step budget the engine accepts still computes every prompt. With two tokens a
 // step, a prompt of three cannot be cut into chunks of two or more: the engine must still make
-// progress (or refuse the budget at create()).
-//
-// DISABLED: fails on 955752e: the 3-token prompt is skipped at every step (Engine::step, "if (n
-// < 2 && rest > 1) continue"), and the engine thread spins on empty steps. Run it with
-// --gtest_also_run_disabled_tests.
-TEST(Scheduler, DISABLED_SmallestStepBudgetCompletesEveryPrompt) {
+// progress (or refuse the budget at create()). Before 9cb82de a 3-token remainder was skipped
+// at every step while the engine thread spun.
+TEST(Scheduler, SmallestStepBudgetCompletesEveryPrompt) {
     auto model = make_fake_model();
     Tracker tr;
     auto e = Engine::create(model, options(2, 64, 4, 2));

@@ -320,36 +320,40 @@ TEST(KvPool, ChildOfAReusedParentNeverMatches) {
 }
 
 TEST(KvPool, DuplicatePublishKeepsTheFirst) {
-    KvPool pool(small_geometry(), 4);
+    KvPool pool(small_geometry(), 5);
     const std::vector<int32_t> toks = iota_tokens(8, 30);
     const int32_t a = pool.allocate();
     const int32_t a2 = pool.allocate();
-    pool.publish(a, -1, toks.data());
-    pool.publish(a2, -1, toks.data());
+    EXPECT_EQ(pool.publish(a, -1, toks.data()), a);
+    // The same prefix again: the first block keeps standing for it and is answered.
+    EXPECT_EQ(pool.publish(a2, -1, toks.data()), a);
     EXPECT_TRUE(pool.published(a));
     EXPECT_FALSE(pool.published(a2));
     EXPECT_EQ(pool.n_cached(), 1);
-    // A child of the private duplicate cannot be published either.
+    // A child of the private duplicate cannot be published ...
     const int32_t b2 = pool.allocate();
-    pool.publish(b2, a2, toks.data() + 4);
+    EXPECT_EQ(pool.publish(b2, a2, toks.data() + 4), -1);
     EXPECT_FALSE(pool.published(b2));
     EXPECT_EQ(pool.n_cached(), 1);
-
+    // ... but it can under the block that was answered, and is then found after it.
+    EXPECT_EQ(pool.publish(b2, a, toks.data() + 4), b2);
+    EXPECT_EQ(pool.n_cached(), 2);
     std::vector<int32_t> got = match(pool, toks);
-    EXPECT_EQ(got, std::vector<int32_t>{a});
+    EXPECT_EQ(got, (std::vector<int32_t>{a, b2}));
     release_all(pool, got);
+
     // The duplicate is private: released to zero it is free at once, not cached.
     pool.release(b2);
     pool.release(a2);
     pool.release(a);
-    EXPECT_EQ(pool.n_free(), 4);
-    EXPECT_EQ(pool.n_cached(), 1);
+    EXPECT_EQ(pool.n_free(), 5);
+    EXPECT_EQ(pool.n_cached(), 2);
     std::set<int32_t> order;
     for (int i = 0; i < 3; ++i) order.insert(pool.allocate());
-    EXPECT_FALSE(order.count(a));  // free blocks go before the cached one
+    EXPECT_FALSE(order.count(a));  // free blocks go before the cached ones
+    EXPECT_FALSE(order.count(b2));
     EXPECT_TRUE(order.count(a2));
-    EXPECT_TRUE(order.count(b2));
-    EXPECT_EQ(match(pool, toks), std::vector<int32_t>{a});
+    EXPECT_EQ(match(pool, toks), (std::vector<int32_t>{a, b2}));
 }
 
 TEST(KvPool, PublishIsIdempotentAndNeedsAPublishedParent) {
@@ -357,18 +361,47 @@ TEST(KvPool, PublishIsIdempotentAndNeedsAPublishedParent) {
     const std::vector<int32_t> toks = iota_tokens(8, 3);
     const int32_t a = pool.allocate();
     const int32_t b = pool.allocate();
-    pool.publish(b, a, toks.data() + 4);  // parent not published: nothing happens
+    EXPECT_EQ(pool.publish(b, a, toks.data() + 4), -1);  // parent not published: nothing happens
     EXPECT_FALSE(pool.published(b));
-    pool.publish(a, -1, toks.data());
-    pool.publish(a, -1, toks.data());
+    EXPECT_EQ(pool.publish(a, -1, toks.data()), a);
+    EXPECT_EQ(pool.publish(a, -1, toks.data()), a);
     EXPECT_EQ(pool.n_cached(), 1);
-    pool.publish(b, a, toks.data() + 4);
+    EXPECT_EQ(pool.publish(b, a, toks.data() + 4), b);
     EXPECT_EQ(pool.n_cached(), 2);
     std::vector<int32_t> got = match(pool, toks);
     EXPECT_EQ(got, (std::vector<int32_t>{a, b}));
     release_all(pool, got);
     pool.release(b);
     pool.release(a);
+}
+
+// A block's epoch changes each time it is handed out, and only then: a holder of a block id it
+// does not reference compares epochs to know the block still holds what it saw.
+TEST(KvPool, EpochChangesWhenTheBlockIsHandedOutAgain) {
+    KvPool pool(small_geometry(), 2);
+    const std::vector<int32_t> toks = iota_tokens(4, 9);
+    const int32_t a = pool.allocate();
+    const uint32_t e = pool.epoch(a);
+    pool.publish(a, -1, toks.data());
+    pool.retain(a);
+    pool.release(a);
+    pool.release(a);  // cached, unreferenced
+    EXPECT_EQ(pool.epoch(a), e);
+    std::vector<int32_t> got = match(pool, toks);
+    ASSERT_EQ(got, std::vector<int32_t>{a});
+    EXPECT_EQ(pool.epoch(a), e);  // matched: the same content
+    pool.release(a);
+    const int32_t other = pool.allocate();  // the never-used block first
+    EXPECT_NE(other, a);
+    EXPECT_EQ(pool.allocate(), a);  // evicted and handed out again
+    EXPECT_NE(pool.epoch(a), e);
+    const uint32_t e2 = pool.epoch(a);
+    pool.release(a);  // unpublished now: straight to the free list
+    EXPECT_EQ(pool.epoch(a), e2);
+    EXPECT_EQ(pool.allocate(), a);
+    EXPECT_NE(pool.epoch(a), e2);
+    pool.release(a);
+    pool.release(other);
 }
 
 TEST(KvPool, ClearCacheDropsOnlyUnreferencedBlocks) {
@@ -448,10 +481,12 @@ TEST(KvPool, Geometry) {
 //   - the cached, unreferenced blocks in the order they were last released (the LRU).
 // Checked after every operation: reference counts and n_used/n_free/n_cached. Checked at each
 // step: allocation takes an unpublished unreferenced block while there is one, else the least
-// recently released cached block, and fails only when every block is referenced; a match
-// returns only blocks that hold exactly the query's tokens, each computed after the very block
-// (same generation) that precedes it in the match; and at least every published chain that is
-// still intact.
+// recently released cached block, and fails only when every block is referenced; publish()
+// answers a block holding the same tokens; a match returns only blocks that hold exactly the
+// query's tokens, each published under the very block (same generation) that precedes it in the
+// match; and at least every published chain that is still intact. Half the sequences chain
+// their publications as the engine does, through the block publish() answered (checked by
+// epoch, since they may not hold it).
 class KvPoolRandom : public ::testing::TestWithParam<std::tuple<int, int, uint32_t>> {};
 
 TEST_P(KvPoolRandom, AgainstAReferenceModel) {
@@ -465,13 +500,20 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
         std::vector<int32_t> tokens;  // tokens whose K/V are computed
         int n_published = 0;          // leading blocks offered to the cache (as the engine)
         bool caching = true;
+        // How the sequence chains its publications. false: on its own previous block (a
+        // duplicate ends its chain). true: as the engine, on the block that publish() returned
+        // for the previous position, which it may not hold, so checked by epoch first.
+        bool through = false;
+        int32_t chain = -1;
+        uint32_t chain_epoch = 0;
+        std::vector<std::pair<int32_t, uint32_t>> canon;  // per block: the cache's block, its gen
     };
     std::vector<Seq> seqs;
     std::vector<int32_t> pins;  // extra references
     struct Content {
         std::vector<int32_t> tokens;  // positions 0 .. block end; empty: not computed
-        int32_t parent = -1;
-        uint32_t parent_gen = 0;
+        int32_t link = -1;            // the parent it was published under, and that parent's gen
+        uint32_t link_gen = 0;
     };
     std::vector<Content> content(n_blocks);
     std::vector<uint32_t> gen(n_blocks, 0);
@@ -576,10 +618,10 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const int32_t b = out[i];
             const std::vector<int32_t> want(tokens.begin(), tokens.begin() + (i + 1) * bs);
             EXPECT_EQ(content[b].tokens, want) << "block " << b << " matched for the wrong tokens";
-            EXPECT_EQ(content[b].parent, i > 0 ? out[i - 1] : -1) << "block " << b << ": another parent";
+            EXPECT_EQ(content[b].link, i > 0 ? out[i - 1] : -1) << "block " << b << ": another parent";
             if (i > 0) {
-                EXPECT_EQ(content[b].parent_gen, gen[out[i - 1]])
-                    << "block " << b << " was computed after an earlier use of block " << out[i - 1];
+                EXPECT_EQ(content[b].link_gen, gen[out[i - 1]])
+                    << "block " << b << " was published under an earlier use of block " << out[i - 1];
             }
             EXPECT_EQ(pool.ref_count(b), refs[b] + 1);
             lru_erase(b);
@@ -612,27 +654,61 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
         if (!st.is_ok()) return false;
         s.tokens = tokens;
         const auto& blocks = s.kv->blocks();
-        // "Compute" the blocks that became full: each holds the tokens from 0 to its end and
-        // was computed after the sequence's previous block.
+        // "Compute" the blocks that became full: each holds the tokens from 0 to its end.
         for (size_t i = 0; i < blocks.size() && (i + 1) * bs <= tokens.size(); ++i) {
             Content& c = content[blocks[i]];
-            if (!c.tokens.empty()) continue;
-            c.tokens.assign(tokens.begin(), tokens.begin() + (i + 1) * bs);
-            c.parent = i > 0 ? blocks[i - 1] : -1;
-            c.parent_gen = i > 0 ? gen[blocks[i - 1]] : 0;
+            if (c.tokens.empty()) c.tokens.assign(tokens.begin(), tokens.begin() + (i + 1) * bs);
         }
         if (!s.caching) return true;
-        // As the engine: every newly full block is offered; a duplicate (or a child of one)
-        // stays private.
+        // Every newly full block is offered, in order.
         while ((s.n_published + 1) * bs <= static_cast<int>(tokens.size())) {
             const int i = s.n_published++;
-            (void)pool.publish(blocks[i], i > 0 ? blocks[i - 1] : -1, tokens.data() + static_cast<size_t>(i) * bs);
+            int32_t parent = -1;
+            if (i > 0 && s.through) {
+                if (s.chain < 0 || pool.epoch(s.chain) != s.chain_epoch || !pool.published(s.chain)) {
+                    s.chain = -1;  // the link broke: nothing after it can be found
+                    s.canon.emplace_back(-1, 0);
+                    continue;
+                }
+                parent = s.chain;
+            } else if (i > 0) {
+                parent = blocks[i - 1];
+            }
+            const bool parent_ok = parent < 0 || pool.published(parent);
+            const bool was = pool.published(blocks[i]);
+            const uint32_t parent_gen = parent >= 0 ? gen[parent] : 0;
+            const int32_t got = pool.publish(blocks[i], parent, tokens.data() + static_cast<size_t>(i) * bs);
             reconcile();
+            // publish() answers the block that stands for this prefix now, or -1.
+            const std::vector<int32_t> want(tokens.begin(), tokens.begin() + (i + 1) * bs);
+            if (!parent_ok) {
+                EXPECT_EQ(got, -1);
+            } else {
+                EXPECT_GE(got, 0);
+            }
+            if (got >= 0) {
+                EXPECT_TRUE(pool.published(got));
+                EXPECT_EQ(content[got].tokens, want) << "publish answered a block of other tokens";
+                EXPECT_EQ(got == blocks[i], pool.published(blocks[i]));
+            }
+            if (got == blocks[i] && !was && parent >= 0) {
+                // The parent holds this block's preceding tokens (what the epoch check is for).
+                EXPECT_TRUE(std::equal(content[parent].tokens.begin(), content[parent].tokens.end(), want.begin()) &&
+                            content[parent].tokens.size() == want.size() - bs)
+                    << "block " << blocks[i] << " published under block " << parent << " of other tokens";
+            }
+            if (got == blocks[i] && !was) {
+                content[blocks[i]].link = parent;
+                content[blocks[i]].link_gen = parent_gen;
+            }
+            s.chain = got;
+            if (got >= 0) s.chain_epoch = pool.epoch(got);
+            s.canon.emplace_back(got, got >= 0 ? gen[got] : 0);
         }
-        Chain c;
-        for (int i = 0; i < s.n_published && pool.published(blocks[i]); ++i) {
-            c.blocks.push_back(blocks[i]);
-            c.gens.push_back(gen[blocks[i]]);
+        Chain c;  // the cache's blocks for the sequence's leading positions
+        for (size_t i = 0; i < s.canon.size() && s.canon[i].first >= 0; ++i) {
+            c.blocks.push_back(s.canon[i].first);
+            c.gens.push_back(s.canon[i].second);
         }
         c.tokens.assign(tokens.begin(), tokens.begin() + c.blocks.size() * bs);
         if (!c.blocks.empty()) chains.push_back(std::move(c));
@@ -668,11 +744,15 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             Seq& s = seqs.back();
             s.kv = std::make_unique<SeqKv>(&pool);
             s.caching = rnd(0, 4) > 0;
+            s.through = rnd(0, 1) == 0;
             const std::vector<int32_t> tokens = random_tokens(rnd(1, max_len));
             if (s.caching) {
                 std::vector<int32_t> got = checked_match(tokens, rnd(0, 3) == 0 ? rnd(0, 3) : 1 << 20);
                 s.kv->adopt(got);
                 s.n_published = static_cast<int>(got.size());
+                for (int32_t b : got) s.canon.emplace_back(b, gen[b]);
+                s.chain = got.empty() ? -1 : got.back();
+                s.chain_epoch = got.empty() ? 0 : pool.epoch(got.back());
             }
             if (!extend(s, tokens)) {
                 clear_seq(s);
