@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -37,7 +37,8 @@ constexpr int32_t kEos = 0;
 constexpr uint64_t kSeed = 0x5eed5eed5eed5eedULL;
 
 uint64_t mix(uint64_t h, int32_t token) {
-    uint64_t x = h + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1);
+    uint64_t x =
+        h + 0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1);
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
@@ -58,7 +59,7 @@ struct Row {
 };
 
 class FakeModel final : public ForwardModel {
-public:
+  public:
     static constexpr int kKvDim = 32;  // F16 rows of 64 bytes, Q8_0 rows of 34
 
     int n_vocab() const override { return kVocab; }
@@ -112,7 +113,7 @@ public:
     }
     int max_seqs_per_batch() const { return max_seqs_.load(); }
 
-private:
+  private:
     Status run(const Batch& batch, KvPool& kv, std::span<float> logits) {
         const KvGeometry& geo = kv.geometry();
         const int bs = geo.block_size;
@@ -128,7 +129,8 @@ private:
             }
             n_tok += s.n_tokens;
             auto row_at = [&](int pos) {
-                return kv.k_rows(s.block_table[pos / bs], 0) + static_cast<size_t>(pos % bs) * row_bytes;
+                return kv.k_rows(s.block_table[pos / bs], 0) +
+                       static_cast<size_t>(pos % bs) * row_bytes;
             };
             // Every earlier position holds this sequence's history, in order.
             uint64_t h = kSeed;
@@ -149,8 +151,9 @@ private:
                 const int32_t b = s.block_table[p / bs];
                 // A block being written belongs to this sequence alone and is not in the cache.
                 if (kv.ref_count(b) != 1 || kv.published(b)) {
-                    return internal_error("fake: writes position " + std::to_string(p) + " into block " +
-                                          std::to_string(b) + " (refs " + std::to_string(kv.ref_count(b)) +
+                    return internal_error("fake: writes position " + std::to_string(p) +
+                                          " into block " + std::to_string(b) + " (refs " +
+                                          std::to_string(kv.ref_count(b)) +
                                           (kv.published(b) ? ", published)" : ")"));
                 }
                 auto [it, fresh] = written_.emplace(b, static_cast<int>(i_seq));
@@ -171,7 +174,8 @@ private:
                 row[next_token(h)] = 1.0f;
             }
         }
-        if (n_tok != static_cast<int>(batch.tokens.size())) return internal_error("fake: token count");
+        if (n_tok != static_cast<int>(batch.tokens.size()))
+            return internal_error("fake: token count");
         max_seqs_.store(std::max(max_seqs_.load(), static_cast<int>(batch.seqs.size())));
         return Status::ok();
     }
@@ -208,7 +212,9 @@ std::shared_ptr<LoadedModel> make_fake_model() {
     return m;
 }
 
-FakeModel& fake_of(const std::shared_ptr<LoadedModel>& m) { return static_cast<FakeModel&>(*m->stand_in); }
+FakeModel& fake_of(const std::shared_ptr<LoadedModel>& m) {
+    return static_cast<FakeModel&>(*m->stand_in);
+}
 
 // Releases a held fake when a test leaves early, before the engine (declared earlier) joins its
 // thread, which may be waiting inside forward().
@@ -224,8 +230,8 @@ struct Expect {
     FinishReason finish = FinishReason::kLength;
 };
 
-Expect expect_alone(const std::vector<int32_t>& prompt, int max_total, const std::set<int32_t>& stops,
-                    bool ignore_eos) {
+Expect expect_alone(const std::vector<int32_t>& prompt, int max_total,
+                    const std::set<int32_t>& stops, bool ignore_eos) {
     Expect e;
     uint64_t h = kSeed;
     for (int32_t t : prompt) h = mix(h, t);
@@ -270,7 +276,8 @@ struct Tracker {
         std::string text;
         std::vector<int32_t> lp_tokens;
         int n_text = 0, n_done = 0, n_after_done = 0;
-        uint64_t i_done = 0, i_first_text = 0;  // order of the kDone and first kText among all events
+        uint64_t i_done = 0,
+                 i_first_text = 0;  // order of the kDone and first kText among all events
         EngineEvent done;
     };
     std::mutex mu;
@@ -402,7 +409,8 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             std::vector<int32_t> prompt;
             const int kind = rnd(0, 99);
             if (kind < 15 && !in_round.empty()) {
-                prompt = in_round[rnd(0, static_cast<int>(in_round.size()) - 1)]->prompt;  // a duplicate
+                prompt =
+                    in_round[rnd(0, static_cast<int>(in_round.size()) - 1)]->prompt;  // a duplicate
             } else if (kind < 35 && !history.empty()) {
                 // The next turn of an earlier conversation: its prompt, its answer, more.
                 const Tracker::Req& r = *history[rnd(0, static_cast<int>(history.size()) - 1)];
@@ -433,14 +441,16 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             } else if (n_prompt + r.params.max_tokens > ceiling) {
                 r.params.max_tokens = ceiling - n_prompt;
             }
-            const int max_total =
-                r.params.max_tokens > 0 ? std::min(n_prompt + r.params.max_tokens, ceiling) : ceiling;
+            const int max_total = r.params.max_tokens > 0
+                                      ? std::min(n_prompt + r.params.max_tokens, ceiling)
+                                      : ceiling;
             std::set<int32_t> stops;
             r.want = expect_alone(prompt, max_total, stops, r.params.ignore_eos);
             if (chance(25)) {
                 // A stop string that the answer reaches (or not: a token it never produces).
-                const int32_t t = chance(80) ? r.want.tokens[rnd(0, static_cast<int>(r.want.tokens.size()) - 1)]
-                                             : static_cast<int32_t>(rnd(1, kVocab - 1));
+                const int32_t t =
+                    chance(80) ? r.want.tokens[rnd(0, static_cast<int>(r.want.tokens.size()) - 1)]
+                               : static_cast<int32_t>(rnd(1, kVocab - 1));
                 if (t != kEos) {
                     stops.insert(t);
                     r.params.stop.push_back(piece(t));
@@ -470,7 +480,8 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
                 }
             }
             // Random timing: some requests join a running batch, some a queue.
-            if (!burst && chance(20)) std::this_thread::sleep_for(std::chrono::microseconds(rnd(0, 300)));
+            if (!burst && chance(20))
+                std::this_thread::sleep_for(std::chrono::microseconds(rnd(0, 300)));
             if (chance(5)) {
                 // Cancel an earlier request of this round, wherever it is by now.
                 Tracker::Req& c = *in_round[rnd(0, static_cast<int>(in_round.size()) - 1)];
@@ -494,8 +505,9 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
         for (Tracker::Req* rp : in_round) {
             const Tracker::Req& r = *rp;
             const EngineEvent& d = r.done;
-            SCOPED_TRACE(std::string(cfg.name) + " request with " + std::to_string(r.prompt.size()) +
-                         "-token prompt, max_tokens " + std::to_string(r.params.max_tokens));
+            SCOPED_TRACE(std::string(cfg.name) + " request with " +
+                         std::to_string(r.prompt.size()) + "-token prompt, max_tokens " +
+                         std::to_string(r.params.max_tokens));
             ASSERT_EQ(r.n_done, 1);
             EXPECT_EQ(r.n_after_done, 0);
             ASSERT_NE(d.finish, FinishReason::kError) << d.error.message();
@@ -509,11 +521,13 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             if (d.finish == FinishReason::kCancelled) {
                 EXPECT_TRUE(r.cancel_asked) << "cancelled without being asked";
                 // What came before the cancellation is still the solo answer's beginning.
-                EXPECT_EQ(r.want.text.compare(0, r.text.size(), r.text), 0) << r.text << " vs " << r.want.text;
+                EXPECT_EQ(r.want.text.compare(0, r.text.size(), r.text), 0)
+                    << r.text << " vs " << r.want.text;
                 EXPECT_LE(d.n_completion, static_cast<int>(r.want.tokens.size()));
                 if (r.params.top_logprobs >= 0) {
                     EXPECT_EQ(static_cast<int>(r.lp_tokens.size()), d.n_completion);
-                    EXPECT_TRUE(std::equal(r.lp_tokens.begin(), r.lp_tokens.end(), r.want.tokens.begin()));
+                    EXPECT_TRUE(
+                        std::equal(r.lp_tokens.begin(), r.lp_tokens.end(), r.want.tokens.begin()));
                 }
                 ++n_cancelled;
                 continue;
@@ -560,11 +574,13 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     EXPECT_GT(n_length, 0);
     EXPECT_GT(n_stop_string, 0);
     EXPECT_GT(n_cancelled, 0);
-    std::printf("[ %s ] %d requests (%d rejected): %d eos, %d stop string, %d length, %d cancelled; "
-                "%d cache hits (%llu tokens), %llu preemptions, %d forwards, up to %d sequences a batch\n",
-                cfg.name, n_submitted, n_rejected, n_eos, n_stop_string, n_length, n_cancelled, n_hit_requests,
-                static_cast<unsigned long long>(st.prefix_hit_tokens),
-                static_cast<unsigned long long>(st.n_preemptions), fake.n_forward(), fake.max_seqs_per_batch());
+    std::printf(
+        "[ %s ] %d requests (%d rejected): %d eos, %d stop string, %d length, %d cancelled; "
+        "%d cache hits (%llu tokens), %llu preemptions, %d forwards, up to %d sequences a batch\n",
+        cfg.name, n_submitted, n_rejected, n_eos, n_stop_string, n_length, n_cancelled,
+        n_hit_requests, static_cast<unsigned long long>(st.prefix_hit_tokens),
+        static_cast<unsigned long long>(st.n_preemptions), fake.n_forward(),
+        fake.max_seqs_per_batch());
     engine->shutdown();
 }
 
@@ -574,7 +590,8 @@ INSTANTIATE_TEST_SUITE_P(
         // 64 blocks of 4 for 8 sequences of up to 240 tokens: preemption all the time.
         MixConfig{"bs4_pool256_np8", options(8, 256, 4, 32), 500, 200, 40, kVocab - 1, true, 1, 1},
         // Large blocks, chunked prefill with a small budget.
-        MixConfig{"bs16_pool256_np4", options(4, 256, 16, 24), 400, 200, 48, kVocab - 1, true, 1, 2},
+        MixConfig{"bs16_pool256_np4", options(4, 256, 16, 24), 400, 200, 48, kVocab - 1, true, 1,
+                  2},
         MixConfig{"q8_0_bs8_pool128_np3", options(3, 128, 8, 10, true, KvType::kQ8_0), 300, 100, 24,
                   kVocab - 1, true, 1, 3},
         // One sequence at a time: no preemption, FCFS, the cache still hits.
@@ -582,9 +599,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Blocks of one token over a three-letter alphabet: prefixes collide everywhere.
         MixConfig{"bs1_alphabet3", options(6, 96, 1, 8), 500, 60, 24, 3, true, 1, 5},
         MixConfig{"bs2_alphabet2", options(8, 64, 2, 12), 500, 40, 20, 2, true, 1, 6},
-        MixConfig{"no_prefix_cache", options(5, 160, 8, 12, false), 300, 120, 30, kVocab - 1, false, 1, 7},
+        MixConfig{"no_prefix_cache", options(5, 160, 8, 12, false), 300, 120, 30, kVocab - 1, false,
+                  1, 7},
         // A pool that never runs out: no preemption.
-        MixConfig{"big_pool_bs16_np8", options(8, 4096, 16, 128), 400, 200, 40, kVocab - 1, true, 0, 8}),
+        MixConfig{"big_pool_bs16_np8", options(8, 4096, 16, 128), 400, 200, 40, kVocab - 1, true, 0,
+                  8}),
     [](const ::testing::TestParamInfo<MixConfig>& info) { return std::string(info.param.name); });
 
 // ---- Directed cases ----
@@ -779,7 +798,7 @@ TEST(Scheduler, CancelAnywhereFreesEverything) {
     ASSERT_TRUE(fake.wait_forwards(1));
     rs[5]->handle->cancel();  // waiting
     rs[0]->handle->cancel();  // prefilling (8 tokens a step)
-    fake.hold_from(12);  // lets the first forward go
+    fake.hold_from(12);       // lets the first forward go
     ASSERT_TRUE(fake.wait_forwards(12));
     for (auto* r : rs) r->handle->cancel();  // the rest, wherever they are
     fake.release();
@@ -876,7 +895,8 @@ TEST(Scheduler, SmallestStepBudgetCompletesEveryPrompt) {
         for (int i = 0; i < n; ++i) prompt.push_back(10 + i);
         ASSERT_TRUE(engine->submit(prompt, greedy(3), tr.sink(tr.add())).has_value());
     }
-    ASSERT_TRUE(tr.wait_done(7, 5)) << tr.n_done << " of 7 prompts done; stuck with a 3-token prompt?";
+    ASSERT_TRUE(tr.wait_done(7, 5))
+        << tr.n_done << " of 7 prompts done; stuck with a 3-token prompt?";
 }
 
 // The gauges of an idle engine say so, also when its last request was cancelled mid-flight.
@@ -898,8 +918,8 @@ TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
     fake.release();
     ASSERT_TRUE(tr.wait_done(1, 30));
     EXPECT_EQ(engine->stats().kv_blocks_used, 0);
-    EXPECT_TRUE(wait_idle(*engine)) << "running " << engine->stats().n_running << ", waiting "
-                                    << engine->stats().n_waiting;
+    EXPECT_TRUE(wait_idle(*engine))
+        << "running " << engine->stats().n_running << ", waiting " << engine->stats().n_waiting;
 }
 
 // Shutdown ends every request, queued or running, with one kDone each.
@@ -910,7 +930,9 @@ TEST(Scheduler, ShutdownEndsEveryRequest) {
     ASSERT_TRUE(engine);
     GenerationParams p = greedy(50);
     p.ignore_eos = true;
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->submit(std::vector<int32_t>(10, 1 + i), p, tr.sink(tr.add())).has_value());
+    for (int i = 0; i < 5; ++i)
+        ASSERT_TRUE(
+            engine->submit(std::vector<int32_t>(10, 1 + i), p, tr.sink(tr.add())).has_value());
     engine->shutdown();
     EXPECT_FALSE(engine->submit({1, 2}, p, tr.sink(tr.add())).has_value());
     std::lock_guard<std::mutex> lk(tr.mu);

@@ -19,14 +19,16 @@ constexpr int kBs = 4;
 KvGeometry small_geometry(int block_size = kBs) { return {1, 32, block_size, KvType::kF16}; }
 
 // Publishes `blocks` as the chain holding `tokens` (blocks.size() full blocks).
-void publish_chain(KvPool& pool, const std::vector<int32_t>& blocks, const std::vector<int32_t>& tokens) {
+void publish_chain(KvPool& pool, const std::vector<int32_t>& blocks,
+                   const std::vector<int32_t>& tokens) {
     const int bs = pool.geometry().block_size;
     for (size_t i = 0; i < blocks.size(); ++i) {
         pool.publish(blocks[i], i > 0 ? blocks[i - 1] : -1, tokens.data() + i * bs);
     }
 }
 
-std::vector<int32_t> match(KvPool& pool, const std::vector<int32_t>& tokens, int max_blocks = 1 << 20) {
+std::vector<int32_t> match(KvPool& pool, const std::vector<int32_t>& tokens,
+                           int max_blocks = 1 << 20) {
     std::vector<int32_t> out;
     const int n = pool.match_prefix(tokens, max_blocks, &out);
     EXPECT_EQ(n, static_cast<int>(out.size()));
@@ -539,7 +541,9 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
         for (int32_t b : pins) ++refs[b];
         return refs;
     };
-    auto lru_erase = [&](int32_t b) { lru.erase(std::remove(lru.begin(), lru.end(), b), lru.end()); };
+    auto lru_erase = [&](int32_t b) {
+        lru.erase(std::remove(lru.begin(), lru.end(), b), lru.end());
+    };
     // After pool.release(b): a published block whose last reference went is the newest in the LRU.
     auto released = [&](int32_t b) {
         if (pool.ref_count(b) == 0 && pool.published(b)) {
@@ -560,8 +564,9 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
     // Blocks the pool unpublished (a stale entry replaced, clear_cache) left the LRU for the
     // free list.
     auto reconcile = [&] {
-        lru.erase(std::remove_if(lru.begin(), lru.end(), [&](int32_t b) { return !pool.published(b); }),
-                  lru.end());
+        lru.erase(
+            std::remove_if(lru.begin(), lru.end(), [&](int32_t b) { return !pool.published(b); }),
+            lru.end());
     };
     // `fresh` were allocated in this order, starting from reference counts `refs`.
     auto check_allocated = [&](const std::vector<int32_t>& fresh, std::vector<int> refs) {
@@ -574,7 +579,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
                 any_free |= refs[x] == 0 && std::find(lru.begin(), lru.end(), x) == lru.end();
             }
             if (any_free) {
-                ASSERT_EQ(std::count(lru.begin(), lru.end(), b), 0) << "evicted while free blocks remain";
+                ASSERT_EQ(std::count(lru.begin(), lru.end(), b), 0)
+                    << "evicted while free blocks remain";
             } else {
                 ASSERT_FALSE(lru.empty());
                 ASSERT_EQ(b, lru.front()) << "not the least recently released cached block";
@@ -603,7 +609,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
     // Length of the longest prefix of `c` whose blocks still hold what they held.
     auto intact_len = [&](const Chain& c) {
         size_t k = 0;
-        while (k < c.blocks.size() && gen[c.blocks[k]] == c.gens[k] && pool.published(c.blocks[k])) ++k;
+        while (k < c.blocks.size() && gen[c.blocks[k]] == c.gens[k] && pool.published(c.blocks[k]))
+            ++k;
         return static_cast<int>(k);
     };
     // Looks `tokens` up, checks the answer, returns the blocks (retained).
@@ -618,10 +625,12 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const int32_t b = out[i];
             const std::vector<int32_t> want(tokens.begin(), tokens.begin() + (i + 1) * bs);
             EXPECT_EQ(content[b].tokens, want) << "block " << b << " matched for the wrong tokens";
-            EXPECT_EQ(content[b].link, i > 0 ? out[i - 1] : -1) << "block " << b << ": another parent";
+            EXPECT_EQ(content[b].link, i > 0 ? out[i - 1] : -1)
+                << "block " << b << ": another parent";
             if (i > 0) {
                 EXPECT_EQ(content[b].link_gen, gen[out[i - 1]])
-                    << "block " << b << " was published under an earlier use of block " << out[i - 1];
+                    << "block " << b << " was published under an earlier use of block "
+                    << out[i - 1];
             }
             EXPECT_EQ(pool.ref_count(b), refs[b] + 1);
             lru_erase(b);
@@ -647,10 +656,12 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
         const size_t n_before = s.kv->blocks().size();
         int n_unref = 0;
         for (int r : refs) n_unref += r == 0;
-        const int need = (static_cast<int>(tokens.size()) + bs - 1) / bs - static_cast<int>(n_before);
+        const int need =
+            (static_cast<int>(tokens.size()) + bs - 1) / bs - static_cast<int>(n_before);
         const Status st = s.kv->reserve(static_cast<int>(tokens.size()));
         EXPECT_EQ(st.is_ok(), need <= n_unref) << "need " << need << ", unreferenced " << n_unref;
-        check_allocated(std::vector<int32_t>(s.kv->blocks().begin() + n_before, s.kv->blocks().end()), refs);
+        check_allocated(
+            std::vector<int32_t>(s.kv->blocks().begin() + n_before, s.kv->blocks().end()), refs);
         if (!st.is_ok()) return false;
         s.tokens = tokens;
         const auto& blocks = s.kv->blocks();
@@ -665,7 +676,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const int i = s.n_published++;
             int32_t parent = -1;
             if (i > 0 && s.through) {
-                if (s.chain < 0 || pool.epoch(s.chain) != s.chain_epoch || !pool.published(s.chain)) {
+                if (s.chain < 0 || pool.epoch(s.chain) != s.chain_epoch ||
+                    !pool.published(s.chain)) {
                     s.chain = -1;  // the link broke: nothing after it can be found
                     s.canon.emplace_back(-1, 0);
                     continue;
@@ -677,7 +689,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const bool parent_ok = parent < 0 || pool.published(parent);
             const bool was = pool.published(blocks[i]);
             const uint32_t parent_gen = parent >= 0 ? gen[parent] : 0;
-            const int32_t got = pool.publish(blocks[i], parent, tokens.data() + static_cast<size_t>(i) * bs);
+            const int32_t got =
+                pool.publish(blocks[i], parent, tokens.data() + static_cast<size_t>(i) * bs);
             reconcile();
             // publish() answers the block that stands for this prefix now, or -1.
             const std::vector<int32_t> want(tokens.begin(), tokens.begin() + (i + 1) * bs);
@@ -693,9 +706,11 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             }
             if (got == blocks[i] && !was && parent >= 0) {
                 // The parent holds this block's preceding tokens (what the epoch check is for).
-                EXPECT_TRUE(std::equal(content[parent].tokens.begin(), content[parent].tokens.end(), want.begin()) &&
+                EXPECT_TRUE(std::equal(content[parent].tokens.begin(), content[parent].tokens.end(),
+                                       want.begin()) &&
                             content[parent].tokens.size() == want.size() - bs)
-                    << "block " << blocks[i] << " published under block " << parent << " of other tokens";
+                    << "block " << blocks[i] << " published under block " << parent
+                    << " of other tokens";
             }
             if (got == blocks[i] && !was) {
                 content[blocks[i]].link = parent;
@@ -724,7 +739,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const Chain& b = chains[rnd(0, static_cast<int>(chains.size()) - 1)];
             const size_t i = rnd(0, static_cast<int>(a.blocks.size()));
             t.assign(a.tokens.begin(), a.tokens.begin() + i * bs);
-            if (b.tokens.size() > t.size()) t.insert(t.end(), b.tokens.begin() + t.size(), b.tokens.end());
+            if (b.tokens.size() > t.size())
+                t.insert(t.end(), b.tokens.begin() + t.size(), b.tokens.end());
             t.resize(std::min<size_t>(t.size(), len));
         } else if (rnd(0, 3) > 0) {
             const auto& b = bases[rnd(0, 2)];
@@ -747,7 +763,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             s.through = rnd(0, 1) == 0;
             const std::vector<int32_t> tokens = random_tokens(rnd(1, max_len));
             if (s.caching) {
-                std::vector<int32_t> got = checked_match(tokens, rnd(0, 3) == 0 ? rnd(0, 3) : 1 << 20);
+                std::vector<int32_t> got =
+                    checked_match(tokens, rnd(0, 3) == 0 ? rnd(0, 3) : 1 << 20);
                 s.kv->adopt(got);
                 s.n_published = static_cast<int>(got.size());
                 for (int32_t b : got) s.canon.emplace_back(b, gen[b]);
@@ -763,7 +780,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             const int i = rnd(0, static_cast<int>(seqs.size()) - 1);
             std::vector<int32_t> tokens = seqs[i].tokens;
             const int add = rnd(1, 2 * bs);
-            for (int k = 0; k < add && static_cast<int>(tokens.size()) < max_len; ++k) tokens.push_back(rnd(1, 3));
+            for (int k = 0; k < add && static_cast<int>(tokens.size()) < max_len; ++k)
+                tokens.push_back(rnd(1, 3));
             if (!extend(seqs[i], tokens)) {
                 clear_seq(seqs[i]);  // out of room: dropped (preempted)
                 seqs.erase(seqs.begin() + i);
@@ -790,7 +808,8 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             // Another holder of a block.
             const Seq& s = seqs[rnd(0, static_cast<int>(seqs.size()) - 1)];
             if (!s.kv->blocks().empty()) {
-                const int32_t b = s.kv->blocks()[rnd(0, static_cast<int>(s.kv->blocks().size()) - 1)];
+                const int32_t b =
+                    s.kv->blocks()[rnd(0, static_cast<int>(s.kv->blocks().size()) - 1)];
                 pool.retain(b);
                 pins.push_back(b);
             }
