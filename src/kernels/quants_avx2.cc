@@ -477,6 +477,51 @@ float dot_f16(int64_t n, const void* w, const void* a) {
     return sum;
 }
 
+// F16 rows against several F16 activation rows (prompts): each weight row is converted to
+// floats once per call instead of once per token, then two tokens share its loads. Every
+// output keeps dot_f16's four accumulators, its element order and its final reduction, so the
+// bits are dot_f16's (the conversions are exact).
+void vec_dot_tile_f16(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
+                      int64_t a_row_bytes, int64_t n_cols, float* out, int64_t out_stride) {
+    const auto* wbase = static_cast<const uint8_t*>(w);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    if (n % 32 != 0 || n > 16384) {
+        for (int64_t c = 0; c < n_cols; ++c) {
+            for (int64_t r = 0; r < n_rows; ++r) {
+                out[c * out_stride + r] = dot_f16(n, wbase + r * w_row_bytes, abase + c * a_row_bytes);
+            }
+        }
+        return;
+    }
+    alignas(32) float x32[16384];
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* x = reinterpret_cast<const uint16_t*>(wbase + r * w_row_bytes);
+        for (int64_t i = 0; i < n; i += 8) _mm256_store_ps(x32 + i, load_f16(x + i));
+        int64_t c = 0;
+        for (; c + 2 <= n_cols; c += 2) {
+            const auto* y0 = reinterpret_cast<const uint16_t*>(abase + c * a_row_bytes);
+            const auto* y1 = reinterpret_cast<const uint16_t*>(abase + (c + 1) * a_row_bytes);
+            __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0;
+            __m256 q0 = p0, q1 = p0, q2 = p0, q3 = p0;
+            for (int64_t i = 0; i < n; i += 32) {
+                const __m256 x0 = _mm256_load_ps(x32 + i), x1 = _mm256_load_ps(x32 + i + 8);
+                const __m256 x2 = _mm256_load_ps(x32 + i + 16), x3 = _mm256_load_ps(x32 + i + 24);
+                p0 = _mm256_fmadd_ps(x0, load_f16(y0 + i), p0);
+                p1 = _mm256_fmadd_ps(x1, load_f16(y0 + i + 8), p1);
+                p2 = _mm256_fmadd_ps(x2, load_f16(y0 + i + 16), p2);
+                p3 = _mm256_fmadd_ps(x3, load_f16(y0 + i + 24), p3);
+                q0 = _mm256_fmadd_ps(x0, load_f16(y1 + i), q0);
+                q1 = _mm256_fmadd_ps(x1, load_f16(y1 + i + 8), q1);
+                q2 = _mm256_fmadd_ps(x2, load_f16(y1 + i + 16), q2);
+                q3 = _mm256_fmadd_ps(x3, load_f16(y1 + i + 24), q3);
+            }
+            out[c * out_stride + r] = hsum_ps(_mm256_add_ps(_mm256_add_ps(p0, p1), _mm256_add_ps(p2, p3)));
+            out[(c + 1) * out_stride + r] = hsum_ps(_mm256_add_ps(_mm256_add_ps(q0, q1), _mm256_add_ps(q2, q3)));
+        }
+        for (; c < n_cols; ++c) out[c * out_stride + r] = dot_f16(n, x, abase + c * a_row_bytes);
+    }
+}
+
 inline __m256 load_bf16(const uint16_t* p) {
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -602,6 +647,7 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     table[kernel_index(DType::kQ4_0)].vec_dot_tile = vec_dot_tile<TileQ4_0>;
     table[kernel_index(DType::kQ4_1)].vec_dot_tile = vec_dot_tile<TileQ4_1>;
     table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;
+    table[kernel_index(DType::kF16)].vec_dot_tile = vec_dot_tile_f16;
     table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
 }
 
