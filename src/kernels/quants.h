@@ -74,6 +74,13 @@ struct QuantKernels {
     // one: callers loop over vec_dot_rows.
     void (*vec_dot_tile)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
                          int64_t a_row_bytes, int64_t n_cols, float* out, int64_t out_stride) = nullptr;
+    // Decode with weights repacked at load (null where a type has no packed layout): repack8
+    // interleaves every 8 rows (n_rows a multiple of 8) so one pass serves 8 rows, scales
+    // converted 8 at a time; the packed matrix takes exactly n_rows * row bytes.
+    // vec_dot_packed8 computes out[r] for r < n_rows (a multiple of 8) from `w`, the packed
+    // group holding row 0; results are bit-identical to vec_dot on the unpacked rows.
+    void (*repack8)(const void* src, int64_t n, int64_t n_rows, void* dst) = nullptr;
+    void (*vec_dot_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) = nullptr;
 };
 
 // The kernels for a weight type on the selected ISA. CHECK-fails for unsupported types.

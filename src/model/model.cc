@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include "core/check.h"
 #include "kernels/ops.h"
@@ -147,6 +150,8 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
         }
     }
 
+    if (opts.repack) m->repack_weights();
+
     const int n_threads = opts.n_threads > 0 ? opts.n_threads : hardware_threads();
     m->pool_ = std::make_unique<ThreadPool>(n_threads);
 
@@ -173,6 +178,42 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->rope_sin.resize(T * hp.n_rot / 2);
     m->s_ = std::move(s);
     return m;
+}
+
+// Decode reads every weight once per token. Matrices of a type with a packed layout
+// (QuantKernels::repack8: 8 rows interleaved, bit-identical results) are repacked once here
+// into one huge-page arena this model owns; the embedding table (read by row) is left alone.
+void Model::repack_weights() {
+    std::vector<const TensorView**> todo;
+    auto consider = [&](const TensorView** w) {
+        const TensorView& t = **w;
+        const QuantKernels& k = quant_kernels(t.type);
+        if (k.repack8 && k.vec_dot_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.n_rows() == t.ne[1]) {
+            todo.push_back(w);
+        }
+    };
+    for (LayerWeights& L : layers_) {
+        for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(w);
+    }
+    if (output_ != tok_embd_) consider(&output_);
+    if (todo.empty()) return;
+    size_t total = 0;
+    for (const TensorView** w : todo) total += (static_cast<size_t>((*w)->n_bytes()) + 63) / 64 * 64;
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t arena_bytes = (total + kHuge - 1) / kHuge * kHuge;
+    packed_arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, arena_bytes)));
+    CHECK(packed_arena_ != nullptr);
+    madvise(packed_arena_.get(), arena_bytes, MADV_HUGEPAGE);
+    uint8_t* at = packed_arena_.get();
+    for (const TensorView** w : todo) {
+        auto view = std::make_unique<TensorView>(**w);
+        quant_kernels(view->type).repack8((*w)->data, view->ne[0], view->ne[1], at);
+        view->data = at;
+        view->packed8 = true;
+        at += (static_cast<size_t>(view->n_bytes()) + 63) / 64 * 64;
+        *w = view.get();
+        packed_views_.push_back(std::move(view));
+    }
 }
 
 // Several products y_j (n_tok, n_out_j) = x_j (n_tok, n_in_j) · W_j^T in one parallel region
@@ -237,6 +278,17 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             float* y = jobs[j].y;
             int64_t r0, r1;
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
+            if (w.packed8) {
+                // Rows interleaved by 8 (repack_weights); r0, r1 and every tile are multiples of 8.
+                for (int64_t r = r0; r < r1; r += kTile) {
+                    const int64_t nr = std::min(kTile, r1 - r);
+                    for (int t = 0; t < n_tok; ++t) {
+                        kq.vec_dot_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t * sl.row_bytes,
+                                           y + t * n_out + r);
+                    }
+                }
+                continue;
+            }
             if (kq.vec_dot_tile && n_tok >= 4) {
                 // Prompt: tiles of rows x tokens, a chunk of tokens at a time so its activations
                 // stay in cache while the thread's rows stream past.

@@ -6,6 +6,7 @@
 // one forward at a time per Model.
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -78,6 +79,8 @@ struct ModelOptions {
     int max_ctx = 4096;     // longest sequence attention must handle
     // load_model(): map the file (true) or copy the weights into huge-page memory (false).
     bool mmap = false;
+    // Repack matrices of types with a packed decode layout (8 rows interleaved) at load.
+    bool repack = true;
 };
 
 class Model final : public ForwardModel {
@@ -114,6 +117,7 @@ private:
     void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);
+    void repack_weights();
 
     ModelHParams hp_;
     ArchTraits traits_{};
@@ -125,6 +129,11 @@ private:
     std::vector<LayerWeights> layers_;
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Scratch> s_;
+    struct FreeDeleter {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, FreeDeleter> packed_arena_;      // repacked matrices
+    std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
 };
 
 // Architecture files register their traits here (llama.cc, mistral.cc, qwen2.cc, qwen3.cc).

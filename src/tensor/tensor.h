@@ -19,6 +19,9 @@ struct TensorView {
     int n_dims = 0;
     std::array<int64_t, kMaxDims> ne{1, 1, 1, 1};  // elements per dimension, innermost first
     const void* data = nullptr;                     // not owned; usually inside the mmap
+    // Rows interleaved in groups of 8 (QuantKernels::repack8's layout): only the packed
+    // kernels read it; row() does not apply.
+    bool packed8 = false;
 
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
     int64_t row_bytes() const { return dtype_row_bytes(type, ne[0]); }

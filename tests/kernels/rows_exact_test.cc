@@ -102,6 +102,46 @@ TEST_P(RowsExact, TilesMatchOneRowDots) {
     }
 }
 
+// Weights repacked in groups of 8 rows (decode) give vec_dot's bits for every row.
+TEST_P(RowsExact, Packed8MatchesOneRowDots) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int n_packed = 0;
+    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+        const QuantKernels& k = quant_kernels(t);
+        if (!k.repack8) continue;
+        ASSERT_NE(k.vec_dot_packed8, nullptr);
+        ++n_packed;
+        for (int64_t n : {32, 576, 2048}) {
+            for (int64_t n_rows : {8, 24}) {
+                const int64_t row = dtype_row_bytes(t, n);
+                std::vector<uint8_t> w(static_cast<size_t>(row * n_rows)), packed(w.size() + 1, 0xAB);
+                std::vector<float> x(n);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    for (float& v : x) v = nd(rng) * (r % 3 == 0 ? 100.0f : 1.0f);
+                    quantize_row_ref(t, x.data(), w.data() + r * row, n);
+                }
+                for (float& v : x) v = nd(rng);
+                std::vector<uint8_t> a(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
+                k.quantize_act_row(x.data(), a.data(), n);
+                k.repack8(w.data(), n, n_rows, packed.data());
+                ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
+                std::vector<float> got(n_rows + 1, 12345.0f);
+                k.vec_dot_packed8(n, packed.data(), n_rows, a.data(), got.data());
+                ASSERT_EQ(got[n_rows], 12345.0f);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float one = k.vec_dot(n, w.data() + r * row, a.data());
+                    ASSERT_EQ(std::memcmp(&got[r], &one, 4), 0)
+                        << dtype_name(t) << " n " << n << " row " << r << ": " << got[r] << " vs " << one;
+                }
+            }
+        }
+    }
+    if (GetParam() == "avx2") {
+        EXPECT_GE(n_packed, 1);  // Q4_1
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, RowsExact, ::testing::Values("scalar", "avx2"));
 
 }  // namespace
