@@ -352,6 +352,82 @@ void vec_dot_packed8_q4_1(int64_t n, const void* w, int64_t n_rows, const void* 
     }
 }
 
+// Q4_0 in the same layout without the minimums (8 scales, then 4 x 32 bytes). ggml's lane
+// value is the integer sum of (q - 8) * y over 4 elements; here it is computed as
+// sum(q * y) - 8 * sum(y) with unsigned nibbles: the same integer, so the same bits.
+constexpr int64_t kPacked8Q40Bytes = 8 * static_cast<int64_t>(sizeof(BlockQ4_0));
+
+void repack8_q4_0(const void* src, int64_t n, int64_t n_rows, void* dst) {
+    const int64_t nb = n / kQK;
+    const auto* x = static_cast<const BlockQ4_0*>(src);
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int64_t g = 0; g < n_rows / 8; ++g) {
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* o = out + (g * nb + b) * kPacked8Q40Bytes;
+            for (int r = 0; r < 8; ++r) {
+                const BlockQ4_0& xb = x[(g * 8 + r) * nb + b];
+                std::memcpy(o + 2 * r, &xb.d, 2);
+                for (int l = 0; l < 4; ++l) std::memcpy(o + 16 + 32 * l + 4 * r, xb.qs + 4 * l, 4);
+            }
+        }
+    }
+}
+
+void vec_dot_packed8_q4_0(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) {
+    const int64_t nb = n / kQK;
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    // 8 * (sum of the 4 activation bytes of lane l) for every block, shared by all row groups.
+    constexpr int64_t kMaxBlocks = 1024;
+    if (nb > kMaxBlocks) {
+        for (int64_t r = 0; r < n_rows; ++r) out[r] = __builtin_nanf("");  // never packed (repack_weights checks)
+        return;
+    }
+    int32_t ysum8[kMaxBlocks * 8];
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int l = 0; l < 8; ++l) {
+            const int8_t* q = y[b].qs + 4 * l;
+            ysum8[b * 8 + l] = 8 * (q[0] + q[1] + q[2] + q[3]);
+        }
+    }
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < n_rows / 8; ++g) {
+        const uint8_t* p = static_cast<const uint8_t*>(w) + g * nb * kPacked8Q40Bytes;
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+        for (int64_t b = 0; b < nb; ++b, p += kPacked8Q40Bytes) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+            const __m256 d = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[b].d)));
+            const int8_t* yq = y[b].qs;
+            const int32_t* ys = ysum8 + b * 8;
+#define FERROX_PACKED_LANES(l, lo_acc, hi_acc)                                                        \
+    {                                                                                               \
+        const __m256i q = load256(p + 16 + 32 * (l));                                               \
+        int32_t ylo, yhi;                                                                           \
+        std::memcpy(&ylo, yq + 4 * (l), 4);                                                         \
+        std::memcpy(&yhi, yq + 16 + 4 * (l), 4);                                                    \
+        const __m256i plo = _mm256_sub_epi32(                                                       \
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), _mm256_set1_epi32(ylo)), ones), \
+            _mm256_set1_epi32(ys[(l)]));                                                            \
+        const __m256i phi = _mm256_sub_epi32(                                                       \
+            _mm256_madd_epi16(                                                                      \
+                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_epi32(yhi)), \
+                ones),                                                                              \
+            _mm256_set1_epi32(ys[(l) + 4]));                                                        \
+        lo_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), lo_acc);                               \
+        hi_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), hi_acc);                               \
+    }
+            FERROX_PACKED_LANES(0, c0, c4)
+            FERROX_PACKED_LANES(1, c1, c5)
+            FERROX_PACKED_LANES(2, c2, c6)
+            FERROX_PACKED_LANES(3, c3, c7)
+#undef FERROX_PACKED_LANES
+        }
+        const __m256 s04 = _mm256_add_ps(c0, c4), s15 = _mm256_add_ps(c1, c5);
+        const __m256 s26 = _mm256_add_ps(c2, c6), s37 = _mm256_add_ps(c3, c7);
+        _mm256_storeu_ps(out + 8 * g, _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37)));
+    }
+}
+
 // ---- K formats ----
 
 // The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block as 16-bit lanes (0-7 scales, 8-15
@@ -720,6 +796,8 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;
     table[kernel_index(DType::kF16)].vec_dot_tile = vec_dot_tile_f16;
     table[kernel_index(DType::kQ4_1)].repack8 = repack8_q4_1;
+    table[kernel_index(DType::kQ4_0)].repack8 = repack8_q4_0;
+    table[kernel_index(DType::kQ4_0)].vec_dot_packed8 = vec_dot_packed8_q4_0;
     table[kernel_index(DType::kQ4_1)].vec_dot_packed8 = vec_dot_packed8_q4_1;
     table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
 }

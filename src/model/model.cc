@@ -188,7 +188,8 @@ void Model::repack_weights() {
     auto consider = [&](const TensorView** w) {
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
-        if (k.repack8 && k.vec_dot_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.n_rows() == t.ne[1]) {
+        if (k.repack8 && k.vec_dot_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 &&
+            t.n_rows() == t.ne[1]) {
             todo.push_back(w);
         }
     };
