@@ -1,5 +1,8 @@
 #include "loader/gguf.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -397,6 +400,18 @@ Expected<std::optional<std::vector<float>>> GgufFile::get_float_array(std::strin
         out.push_back(static_cast<float>(*d));
     }
     return std::optional<std::vector<float>>(std::move(out));
+}
+
+void GgufFile::discard(const void* p, size_t n) const {
+    if (!file_ || n == 0) return;
+    const auto lo = reinterpret_cast<uintptr_t>(p);
+    const auto hi = lo + n;
+    const auto base = reinterpret_cast<uintptr_t>(file_->data());
+    if (lo < base || hi > base + file_->size()) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (lo + page - 1) / page * page;
+    const uintptr_t last = hi / page * page;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 }  // namespace ferrox

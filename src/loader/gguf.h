@@ -87,6 +87,12 @@ public:
     // "<path>: <message>", for one-line errors.
     Status error(const std::string& message) const;
 
+    // Tells the kernel that the whole pages inside [p, p + n) of an opened file's tensor data
+    // will not be read again (a model that repacked a tensor elsewhere): their memory is given
+    // back. Reading them afterwards gives the file's bytes again (mapped) or zeros (copied).
+    // Does nothing for an in-memory image from parse(), whose memory the caller owns.
+    void discard(const void* p, size_t n) const;
+
 private:
     GgufFile() = default;
     Status parse_all(const uint8_t* data, size_t size);

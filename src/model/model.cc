@@ -150,7 +150,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
         }
     }
 
-    if (opts.repack) m->repack_weights();
+    if (opts.repack) m->repack_weights(f);
 
     const int n_threads = opts.n_threads > 0 ? opts.n_threads : hardware_threads();
     m->pool_ = std::make_unique<ThreadPool>(n_threads);
@@ -183,7 +183,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
 // Decode reads every weight once per token. Matrices of a type with a packed layout
 // (QuantKernels::repack8: 8 rows interleaved, bit-identical results) are repacked once here
 // into one huge-page arena this model owns; the embedding table (read by row) is left alone.
-void Model::repack_weights() {
+void Model::repack_weights(const GgufFile& f) {
     std::vector<const TensorView**> todo;
     auto consider = [&](const TensorView** w) {
         const TensorView& t = **w;
@@ -209,6 +209,7 @@ void Model::repack_weights() {
     for (const TensorView** w : todo) {
         auto view = std::make_unique<TensorView>(**w);
         quant_kernels(view->type).repack8((*w)->data, view->ne[0], view->ne[1], at);
+        f.discard((*w)->data, static_cast<size_t>((*w)->n_bytes()));  // only the packed copy is read now
         view->data = at;
         view->packed8 = true;
         at += (static_cast<size_t>(view->n_bytes()) + 63) / 64 * 64;

@@ -117,7 +117,7 @@ private:
     void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);
-    void repack_weights();
+    void repack_weights(const GgufFile& f);
 
     ModelHParams hp_;
     ArchTraits traits_{};
