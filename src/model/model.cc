@@ -282,6 +282,8 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
             if (w.packed8) {
                 // Rows interleaved by 8 (repack_weights); r0, r1 and every tile are multiples of 8.
+                // (The kernels were chosen before the load, so the packed kernel exists.)
+                CHECK(kq.vec_dot_packed8 != nullptr);
                 for (int64_t r = r0; r < r1; r += kTile) {
                     const int64_t nr = std::min(kTile, r1 - r);
                     for (int t = 0; t < n_tok; ++t) {
