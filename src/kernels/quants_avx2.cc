@@ -7,6 +7,8 @@
 // and made unsigned with the sign trick (|-128| = 128 still fits as unsigned); activations are
 // in [-127, 127] (no quantizer makes -128), so a pair sum is at most 2 * 128 * 127 = 32512.
 
+#include <type_traits>
+
 #include "core/check.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/quant_blocks.h"
@@ -281,150 +283,106 @@ void vec_dot_tile(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
     }
 }
 
-// ---- Q4_1 repacked in groups of 8 rows (decode) ----
+// ---- Q4_0 / Q4_1 repacked in groups of 8 rows (decode) ----
 //
-// Per group of 8 rows and per block: the 8 scales d (F16), the 8 minimums m (F16), then for
-// l = 0..3 the bytes qs[4l..4l+3] of each of the 8 rows (32 bytes). Lane l (< 4) of ggml's
-// 8-lane block product is the sum of the 4 low nibbles of qs[4l..4l+3] times y[4l..4l+3], lane
-// l + 4 that of the high nibbles times y[16+4l..]: one 32-byte load then gives lane l and
-// l + 4 for all 8 rows against a broadcast of 4 activation bytes. Each row keeps its lanes
-// in their own accumulators (the same fused multiply-adds in block order), its offset sum in
-// block order, and the lanes are reduced in hsum_ps's pairing: bit-identical to dot_q4_1.
-constexpr int64_t kPacked8BlockBytes = 8 * static_cast<int64_t>(sizeof(BlockQ4_1));
+// Per group of 8 rows and per block: the 8 scales d (F16), for Q4_1 the 8 minimums m (F16),
+// then for l = 0..3 the bytes qs[4l..4l+3] of each of the 8 rows (32 bytes). Lane l (< 4) of
+// ggml's 8-lane block product is the sum of the 4 low nibbles of qs[4l..4l+3] times
+// y[4l..4l+3], lane l + 4 that of the high nibbles times y[16+4l..]: one 32-byte load then
+// gives lane l and l + 4 for all 8 rows against a broadcast of 4 activation bytes. Each row
+// keeps its lanes in their own accumulators (the same fused multiply-adds in block order), its
+// offset sum in block order, and the lanes are reduced in hsum_ps's pairing: bit-identical to
+// dot_q4_1 / dot_q4_0. For Q4_0, ggml's lane value is the integer sum of (q - 8) * y over 4
+// elements; here it is sum(q * y) - 8 * sum(y) with unsigned nibbles: the same integer.
+template <typename WB>
+struct Packed8 {
+    static constexpr bool kMin = std::is_same_v<WB, BlockQ4_1>;  // Q4_1: minimums and offsets
+    using YB = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
+    static constexpr int64_t kHeader = kMin ? 32 : 16;              // scales (and minimums)
+    static constexpr int64_t kBlockBytes = 8 * static_cast<int64_t>(sizeof(WB));
+};
 
-void repack8_q4_1(const void* src, int64_t n, int64_t n_rows, void* dst) {
+template <typename WB>
+void repack8_q4(const void* src, int64_t n, int64_t n_rows, void* dst) {
+    using P = Packed8<WB>;
     const int64_t nb = n / kQK;
-    const auto* x = static_cast<const BlockQ4_1*>(src);
+    const auto* x = static_cast<const WB*>(src);
     auto* out = static_cast<uint8_t*>(dst);
     for (int64_t g = 0; g < n_rows / 8; ++g) {
         for (int64_t b = 0; b < nb; ++b) {
-            uint8_t* o = out + (g * nb + b) * kPacked8BlockBytes;
+            uint8_t* o = out + (g * nb + b) * P::kBlockBytes;
             for (int r = 0; r < 8; ++r) {
-                const BlockQ4_1& xb = x[(g * 8 + r) * nb + b];
+                const WB& xb = x[(g * 8 + r) * nb + b];
                 std::memcpy(o + 2 * r, &xb.d, 2);
-                std::memcpy(o + 16 + 2 * r, &xb.m, 2);
-                for (int l = 0; l < 4; ++l) std::memcpy(o + 32 + 32 * l + 4 * r, xb.qs + 4 * l, 4);
+                if constexpr (P::kMin) std::memcpy(o + 16 + 2 * r, &xb.m, 2);
+                for (int l = 0; l < 4; ++l) std::memcpy(o + P::kHeader + 32 * l + 4 * r, xb.qs + 4 * l, 4);
             }
         }
     }
 }
 
-void vec_dot_packed8_q4_1(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) {
+template <typename WB>
+void vec_dot_packed8_q4(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) {
+    using P = Packed8<WB>;
+    using YB = typename P::YB;
     const int64_t nb = n / kQK;
-    const auto* y = static_cast<const BlockQ8_1*>(a);
+    const auto* y = static_cast<const YB*>(a);
+    // Q4_0: 8 * (sum of the 4 activation bytes of lane l) for every block, shared by all groups.
+    constexpr int64_t kMaxBlocks = 1024;  // repack_weights packs rows of at most 32768
+    int32_t ysum8[P::kMin ? 1 : kMaxBlocks * 8];
+    if constexpr (!P::kMin) {
+        if (nb > kMaxBlocks) {
+            for (int64_t r = 0; r < n_rows; ++r) out[r] = __builtin_nanf("");
+            return;
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            for (int l = 0; l < 8; ++l) {
+                const int8_t* q = y[b].qs + 4 * l;
+                ysum8[b * 8 + l] = 8 * (q[0] + q[1] + q[2] + q[3]);
+            }
+        }
+    }
     const __m256i low = _mm256_set1_epi8(15);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < n_rows / 8; ++g) {
-        const uint8_t* p = static_cast<const uint8_t*>(w) + g * nb * kPacked8BlockBytes;
+        const uint8_t* p = static_cast<const uint8_t*>(w) + g * nb * P::kBlockBytes;
         __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
         __m256 off = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b, p += kPacked8BlockBytes) {
+        for (int64_t b = 0; b < nb; ++b, p += P::kBlockBytes) {
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
             const __m256 d = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[b].d)));
-            off = _mm256_add_ps(off, _mm256_mul_ps(mv, _mm256_set1_ps(f16_to_f32(y[b].s))));
+            if constexpr (P::kMin) {
+                const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+                off = _mm256_add_ps(off, _mm256_mul_ps(mv, _mm256_set1_ps(f16_to_f32(y[b].s))));
+            }
             const int8_t* yq = y[b].qs;
-#define FERROX_PACKED_LANES(l, lo_acc, hi_acc)                                                       \
-    {                                                                                              \
-        const __m256i q = load256(p + 32 + 32 * (l));                                              \
-        int32_t ylo, yhi;                                                                          \
-        std::memcpy(&ylo, yq + 4 * (l), 4);                                                        \
-        std::memcpy(&yhi, yq + 16 + 4 * (l), 4);                                                   \
-        const __m256i plo = _mm256_madd_epi16(                                                     \
-            _mm256_maddubs_epi16(_mm256_and_si256(q, low), _mm256_set1_epi32(ylo)), ones);         \
-        const __m256i phi = _mm256_madd_epi16(                                                     \
-            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_epi32(yhi)), \
-            ones);                                                                                 \
-        lo_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), lo_acc);                              \
-        hi_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), hi_acc);                              \
-    }
-            FERROX_PACKED_LANES(0, c0, c4)
-            FERROX_PACKED_LANES(1, c1, c5)
-            FERROX_PACKED_LANES(2, c2, c6)
-            FERROX_PACKED_LANES(3, c3, c7)
-#undef FERROX_PACKED_LANES
+            auto lanes = [&](int l, __m256& lo_acc, __m256& hi_acc) {
+                const __m256i q = load256(p + P::kHeader + 32 * l);
+                int32_t ylo, yhi;
+                std::memcpy(&ylo, yq + 4 * l, 4);
+                std::memcpy(&yhi, yq + 16 + 4 * l, 4);
+                __m256i plo = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_and_si256(q, low), _mm256_set1_epi32(ylo)), ones);
+                __m256i phi = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_epi32(yhi)),
+                    ones);
+                if constexpr (!P::kMin) {
+                    plo = _mm256_sub_epi32(plo, _mm256_set1_epi32(ysum8[b * 8 + l]));
+                    phi = _mm256_sub_epi32(phi, _mm256_set1_epi32(ysum8[b * 8 + l + 4]));
+                }
+                lo_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), lo_acc);
+                hi_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), hi_acc);
+            };
+            lanes(0, c0, c4);
+            lanes(1, c1, c5);
+            lanes(2, c2, c6);
+            lanes(3, c3, c7);
         }
         // hsum_ps per row: (l0 + l4) + (l2 + l6), plus (l1 + l5) + (l3 + l7); then the offset.
         const __m256 s04 = _mm256_add_ps(c0, c4), s15 = _mm256_add_ps(c1, c5);
         const __m256 s26 = _mm256_add_ps(c2, c6), s37 = _mm256_add_ps(c3, c7);
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37));
-        _mm256_storeu_ps(out + 8 * g, _mm256_add_ps(sum, off));
-    }
-}
-
-// Q4_0 in the same layout without the minimums (8 scales, then 4 x 32 bytes). ggml's lane
-// value is the integer sum of (q - 8) * y over 4 elements; here it is computed as
-// sum(q * y) - 8 * sum(y) with unsigned nibbles: the same integer, so the same bits.
-constexpr int64_t kPacked8Q40Bytes = 8 * static_cast<int64_t>(sizeof(BlockQ4_0));
-
-void repack8_q4_0(const void* src, int64_t n, int64_t n_rows, void* dst) {
-    const int64_t nb = n / kQK;
-    const auto* x = static_cast<const BlockQ4_0*>(src);
-    auto* out = static_cast<uint8_t*>(dst);
-    for (int64_t g = 0; g < n_rows / 8; ++g) {
-        for (int64_t b = 0; b < nb; ++b) {
-            uint8_t* o = out + (g * nb + b) * kPacked8Q40Bytes;
-            for (int r = 0; r < 8; ++r) {
-                const BlockQ4_0& xb = x[(g * 8 + r) * nb + b];
-                std::memcpy(o + 2 * r, &xb.d, 2);
-                for (int l = 0; l < 4; ++l) std::memcpy(o + 16 + 32 * l + 4 * r, xb.qs + 4 * l, 4);
-            }
-        }
-    }
-}
-
-void vec_dot_packed8_q4_0(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) {
-    const int64_t nb = n / kQK;
-    const auto* y = static_cast<const BlockQ8_0*>(a);
-    // 8 * (sum of the 4 activation bytes of lane l) for every block, shared by all row groups.
-    constexpr int64_t kMaxBlocks = 1024;
-    if (nb > kMaxBlocks) {
-        for (int64_t r = 0; r < n_rows; ++r) out[r] = __builtin_nanf("");  // never packed (repack_weights checks)
-        return;
-    }
-    int32_t ysum8[kMaxBlocks * 8];
-    for (int64_t b = 0; b < nb; ++b) {
-        for (int l = 0; l < 8; ++l) {
-            const int8_t* q = y[b].qs + 4 * l;
-            ysum8[b * 8 + l] = 8 * (q[0] + q[1] + q[2] + q[3]);
-        }
-    }
-    const __m256i low = _mm256_set1_epi8(15);
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t g = 0; g < n_rows / 8; ++g) {
-        const uint8_t* p = static_cast<const uint8_t*>(w) + g * nb * kPacked8Q40Bytes;
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-        for (int64_t b = 0; b < nb; ++b, p += kPacked8Q40Bytes) {
-            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            const __m256 d = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[b].d)));
-            const int8_t* yq = y[b].qs;
-            const int32_t* ys = ysum8 + b * 8;
-#define FERROX_PACKED_LANES(l, lo_acc, hi_acc)                                                        \
-    {                                                                                               \
-        const __m256i q = load256(p + 16 + 32 * (l));                                               \
-        int32_t ylo, yhi;                                                                           \
-        std::memcpy(&ylo, yq + 4 * (l), 4);                                                         \
-        std::memcpy(&yhi, yq + 16 + 4 * (l), 4);                                                    \
-        const __m256i plo = _mm256_sub_epi32(                                                       \
-            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, low), _mm256_set1_epi32(ylo)), ones), \
-            _mm256_set1_epi32(ys[(l)]));                                                            \
-        const __m256i phi = _mm256_sub_epi32(                                                       \
-            _mm256_madd_epi16(                                                                      \
-                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_epi32(yhi)), \
-                ones),                                                                              \
-            _mm256_set1_epi32(ys[(l) + 4]));                                                        \
-        lo_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), lo_acc);                               \
-        hi_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), hi_acc);                               \
-    }
-            FERROX_PACKED_LANES(0, c0, c4)
-            FERROX_PACKED_LANES(1, c1, c5)
-            FERROX_PACKED_LANES(2, c2, c6)
-            FERROX_PACKED_LANES(3, c3, c7)
-#undef FERROX_PACKED_LANES
-        }
-        const __m256 s04 = _mm256_add_ps(c0, c4), s15 = _mm256_add_ps(c1, c5);
-        const __m256 s26 = _mm256_add_ps(c2, c6), s37 = _mm256_add_ps(c3, c7);
-        _mm256_storeu_ps(out + 8 * g, _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37)));
+        _mm256_storeu_ps(out + 8 * g, P::kMin ? _mm256_add_ps(sum, off) : sum);
     }
 }
 
@@ -795,10 +753,10 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     table[kernel_index(DType::kQ4_1)].vec_dot_tile = vec_dot_tile<TileQ4_1>;
     table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;
     table[kernel_index(DType::kF16)].vec_dot_tile = vec_dot_tile_f16;
-    table[kernel_index(DType::kQ4_1)].repack8 = repack8_q4_1;
-    table[kernel_index(DType::kQ4_0)].repack8 = repack8_q4_0;
-    table[kernel_index(DType::kQ4_0)].vec_dot_packed8 = vec_dot_packed8_q4_0;
-    table[kernel_index(DType::kQ4_1)].vec_dot_packed8 = vec_dot_packed8_q4_1;
+    table[kernel_index(DType::kQ4_0)].repack8 = repack8_q4<BlockQ4_0>;
+    table[kernel_index(DType::kQ4_0)].vec_dot_packed8 = vec_dot_packed8_q4<BlockQ4_0>;
+    table[kernel_index(DType::kQ4_1)].repack8 = repack8_q4<BlockQ4_1>;
+    table[kernel_index(DType::kQ4_1)].vec_dot_packed8 = vec_dot_packed8_q4<BlockQ4_1>;
     table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
 }
 

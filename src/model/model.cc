@@ -282,10 +282,12 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
             if (w.packed8) {
                 // Rows interleaved by 8 (repack_weights); r0, r1 and every tile are multiples of 8.
-                // (The kernels were chosen before the load, so the packed kernel exists.)
+                // (The kernels were chosen before the load, so the packed kernel exists.) Larger
+                // tiles than the unpacked path's: each call prepares its activation row once.
                 CHECK(kq.vec_dot_packed8 != nullptr);
-                for (int64_t r = r0; r < r1; r += kTile) {
-                    const int64_t nr = std::min(kTile, r1 - r);
+                constexpr int64_t kPackedTile = 128;
+                for (int64_t r = r0; r < r1; r += kPackedTile) {
+                    const int64_t nr = std::min(kPackedTile, r1 - r);
                     for (int t = 0; t < n_tok; ++t) {
                         kq.vec_dot_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t * sl.row_bytes,
                                            y + t * n_out + r);
