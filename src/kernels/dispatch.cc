@@ -48,6 +48,9 @@ const Tables& tables() {
             std::memcpy(t.quant[i], t.quant[0], sizeof(t.quant[0]));
             t.ops[i] = t.ops[0];
             detail::override_avx2_quant_kernels(t.quant[i]);
+            detail::override_avx2_packed(t.quant[i]);
+            detail::override_avx2_packed_kquants(t.quant[i]);
+            detail::override_avx2_packed_f16(t.quant[i]);
             detail::override_avx2_ops(&t.ops[i]);
             t.present[i] = true;
         }

@@ -31,6 +31,10 @@ void fill_scalar_ops(OpsKernels* ops);
 // after cpu_has_avx2() said yes.
 void override_avx2_quant_kernels(QuantKernels* table);
 void override_avx2_ops(OpsKernels* ops);
+// The packed layouts (repack8 / gemm_packed8), one translation unit per family.
+void override_avx2_packed(QuantKernels* table);          // Q4_0, Q4_1, Q8_0
+void override_avx2_packed_kquants(QuantKernels* table);  // Q4_K, Q6_K
+void override_avx2_packed_f16(QuantKernels* table);      // F16
 
 // The ops table of the selected ISA.
 const OpsKernels& ops_kernels();

@@ -74,13 +74,23 @@ struct QuantKernels {
     // one: callers loop over vec_dot_rows.
     void (*vec_dot_tile)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
                          int64_t a_row_bytes, int64_t n_cols, float* out, int64_t out_stride) = nullptr;
-    // Decode with weights repacked at load (null where a type has no packed layout): repack8
-    // interleaves every 8 rows (n_rows a multiple of 8) so one pass serves 8 rows, scales
-    // converted 8 at a time; the packed matrix takes exactly n_rows * row bytes.
-    // vec_dot_packed8 computes out[r] for r < n_rows (a multiple of 8) from `w`, the packed
-    // group holding row 0; results are bit-identical to vec_dot on the unpacked rows.
+    // Weights repacked at load (null where a type has no packed layout). repack8 interleaves
+    // every 8 rows (n_rows a multiple of 8) so that one pass over a group serves 8 rows; the
+    // packed matrix takes exactly n_rows * row bytes, and the group holding rows r..r+7 starts
+    // at r * row bytes, so a caller can split rows at any multiple of 8.
+    // gemm_packed8 computes out[c * out_stride + r] = dot(weight row r, activation row c) for
+    // r < n_rows (a multiple of 8) and c < n_cols, activation row c at a + c * a_row_bytes,
+    // from `w`, the packed group holding row 0. Every output is summed in one fixed order
+    // whatever n_rows and n_cols are (decode with one column, a batch or a prompt with many
+    // give the same bits for the same row and activation): for the quantized types that order
+    // is vec_dot_ref's (one integer sum per block, scaled and added in float, block by block),
+    // so the scalar reference is the oracle bit for bit; for F16 it is a single float
+    // multiply-add chain over the elements in order. Exception: Q4_1, the default model's type,
+    // keeps vec_dot's order (ggml's, which llama.cpp runs for Q4_1 in prompts and decode), so
+    // that model's logits stay bit-identical to llama.cpp's. Needs n / block size <= 1024.
     void (*repack8)(const void* src, int64_t n, int64_t n_rows, void* dst) = nullptr;
-    void (*vec_dot_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) = nullptr;
+    void (*gemm_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                         int64_t n_cols, float* out, int64_t out_stride) = nullptr;
 };
 
 // The kernels for a weight type on the selected ISA. CHECK-fails for unsupported types.

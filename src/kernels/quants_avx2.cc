@@ -283,7 +283,12 @@ void vec_dot_tile(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
     }
 }
 
-// ---- Q4_0 / Q4_1 repacked in groups of 8 rows (decode) ----
+// ---- Q4_1 repacked in groups of 8 rows, in ggml's order ----
+//
+// Q4_1 is the default model's type, and its outputs must stay bit-identical to llama.cpp's
+// (which runs ggml's vec_dot for Q4_1 in prompts and decode alike), so its packed kernel keeps
+// the 8 lane accumulators per row of dot_q4_1. (Q4_0 and Q8_0, whose llama.cpp kernels do not
+// share one order either, use the block-integer order of packed_avx2.cc, which is faster.)
 //
 // Per group of 8 rows and per block: the 8 scales d (F16), for Q4_1 the 8 minimums m (F16),
 // then for l = 0..3 the bytes qs[4l..4l+3] of each of the 8 rows (32 bytes). Lane l (< 4) of
@@ -383,6 +388,16 @@ void vec_dot_packed8_q4(int64_t n, const void* w, int64_t n_rows, const void* a,
         const __m256 s26 = _mm256_add_ps(c2, c6), s37 = _mm256_add_ps(c3, c7);
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37));
         _mm256_storeu_ps(out + 8 * g, P::kMin ? _mm256_add_ps(sum, off) : sum);
+    }
+}
+
+// gemm_packed8 for Q4_1: the one-column kernel per activation row (8 accumulators per row
+// leave no registers to share the unpacked nibbles across columns).
+void gemm_packed8_q4_1(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                       int64_t n_cols, float* out, int64_t out_stride) {
+    for (int64_t c = 0; c < n_cols; ++c) {
+        vec_dot_packed8_q4<BlockQ4_1>(n, w, n_rows, static_cast<const uint8_t*>(a) + c * a_row_bytes,
+                                      out + c * out_stride);
     }
 }
 
@@ -753,11 +768,9 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     table[kernel_index(DType::kQ4_1)].vec_dot_tile = vec_dot_tile<TileQ4_1>;
     table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;
     table[kernel_index(DType::kF16)].vec_dot_tile = vec_dot_tile_f16;
-    table[kernel_index(DType::kQ4_0)].repack8 = repack8_q4<BlockQ4_0>;
-    table[kernel_index(DType::kQ4_0)].vec_dot_packed8 = vec_dot_packed8_q4<BlockQ4_0>;
-    table[kernel_index(DType::kQ4_1)].repack8 = repack8_q4<BlockQ4_1>;
-    table[kernel_index(DType::kQ4_1)].vec_dot_packed8 = vec_dot_packed8_q4<BlockQ4_1>;
     table[kernel_index(DType::kF16)].dequantize_row = dequantize_f16;
+    table[kernel_index(DType::kQ4_1)].repack8 = repack8_q4<BlockQ4_1>;
+    table[kernel_index(DType::kQ4_1)].gemm_packed8 = gemm_packed8_q4_1;
 }
 
 }  // namespace detail

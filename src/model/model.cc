@@ -188,7 +188,7 @@ void Model::repack_weights(const GgufFile& f) {
     auto consider = [&](const TensorView** w) {
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
-        if (k.repack8 && k.vec_dot_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 &&
+        if (k.repack8 && k.gemm_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 &&
             t.n_rows() == t.ne[1]) {
             todo.push_back(w);
         }
@@ -282,15 +282,18 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
             if (w.packed8) {
                 // Rows interleaved by 8 (repack_weights); r0, r1 and every tile are multiples of 8.
-                // (The kernels were chosen before the load, so the packed kernel exists.) Larger
-                // tiles than the unpacked path's: each call prepares its activation row once.
-                CHECK(kq.vec_dot_packed8 != nullptr);
-                constexpr int64_t kPackedTile = 128;
-                for (int64_t r = r0; r < r1; r += kPackedTile) {
-                    const int64_t nr = std::min(kPackedTile, r1 - r);
-                    for (int t = 0; t < n_tok; ++t) {
-                        kq.vec_dot_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t * sl.row_bytes,
-                                           y + t * n_out + r);
+                // One kernel for decode, batches and prompts: its per-output order does not
+                // depend on the tile, so a sequence's bits do not depend on its batch. Tokens in
+                // chunks so their activations stay in cache while the thread's rows stream past.
+                CHECK(kq.gemm_packed8 != nullptr);
+                constexpr int64_t kPackedTile = 64;
+                constexpr int kTokChunk = 64;
+                for (int t0 = 0; t0 < n_tok; t0 += kTokChunk) {
+                    const int nt = std::min(kTokChunk, n_tok - t0);
+                    for (int64_t r = r0; r < r1; r += kPackedTile) {
+                        const int64_t nr = std::min(kPackedTile, r1 - r);
+                        kq.gemm_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t0 * sl.row_bytes, sl.row_bytes,
+                                        nt, y + static_cast<int64_t>(t0) * n_out + r, n_out);
                     }
                 }
                 continue;

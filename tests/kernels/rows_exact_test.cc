@@ -3,10 +3,12 @@
 // llama.cpp whatever tiling a matmul uses.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "kernels/quants.h"
+#include "tensor/fp16.h"
 
 namespace ferrox {
 namespace {
@@ -102,17 +104,38 @@ TEST_P(RowsExact, TilesMatchOneRowDots) {
     }
 }
 
-// Weights repacked in groups of 8 rows (decode) give vec_dot's bits for every row.
-TEST_P(RowsExact, Packed8MatchesOneRowDots) {
+// The scalar oracle of gemm_packed8's order: vec_dot_ref for the quantized types (one integer
+// sum per block, scaled and added in float, block by block) but Q4_1, which keeps vec_dot's
+// (ggml's) order; for F16 a single float
+// multiply-add chain over the elements in order (vec_dot_ref sums F16 in double).
+float packed_oracle(DType t, int64_t n, const void* w, const void* a) {
+    if (t == DType::kF16) {
+        const auto* x = static_cast<const uint16_t*>(w);
+        const auto* y = static_cast<const uint16_t*>(a);
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n; ++i) acc = std::fma(fp16_to_fp32(x[i]), fp16_to_fp32(y[i]), acc);
+        return acc;
+    }
+    if (t == DType::kQ4_1) return quant_kernels(t).vec_dot(n, w, a);  // ggml's order (quants.h)
+    return vec_dot_ref(t, n, w, a);
+}
+
+// Weights repacked in groups of 8 rows give the oracle's bits for every output, for every
+// number of rows and activation rows (decode, batches and prompts share one order), and write
+// nothing outside the outputs asked for.
+TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
     std::mt19937 rng(5);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     int n_packed = 0;
-    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType t : {DType::kF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                    DType::kQ6_K}) {
         const QuantKernels& k = quant_kernels(t);
         if (!k.repack8) continue;
-        ASSERT_NE(k.vec_dot_packed8, nullptr);
+        ASSERT_NE(k.gemm_packed8, nullptr);
         ++n_packed;
-        for (int64_t n : {32, 576, 2048}) {
+        const int64_t blk = dtype_info(t).block_elems;
+        for (int64_t n : {int64_t{256}, int64_t{576}, int64_t{2048}}) {
+            if (n % blk != 0) continue;
             for (int64_t n_rows : {8, 24}) {
                 const int64_t row = dtype_row_bytes(t, n);
                 std::vector<uint8_t> w(static_cast<size_t>(row * n_rows)), packed(w.size() + 1, 0xAB);
@@ -121,24 +144,37 @@ TEST_P(RowsExact, Packed8MatchesOneRowDots) {
                     for (float& v : x) v = nd(rng) * (r % 3 == 0 ? 100.0f : 1.0f);
                     quantize_row_ref(t, x.data(), w.data() + r * row, n);
                 }
-                for (float& v : x) v = nd(rng);
-                std::vector<uint8_t> a(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
-                k.quantize_act_row(x.data(), a.data(), n);
                 k.repack8(w.data(), n, n_rows, packed.data());
                 ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
-                std::vector<float> got(n_rows + 1, 12345.0f);
-                k.vec_dot_packed8(n, packed.data(), n_rows, a.data(), got.data());
-                ASSERT_EQ(got[n_rows], 12345.0f);
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const float one = k.vec_dot(n, w.data() + r * row, a.data());
-                    ASSERT_EQ(std::memcmp(&got[r], &one, 4), 0)
-                        << dtype_name(t) << " n " << n << " row " << r << ": " << got[r] << " vs " << one;
+                for (int64_t n_cols : {1, 2, 3, 4, 5, 9}) {
+                    const int64_t arow = dtype_row_bytes(k.act_type, n) + 8;
+                    std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
+                    for (int64_t c = 0; c < n_cols; ++c) {
+                        for (float& v : x) v = nd(rng);
+                        k.quantize_act_row(x.data(), a.data() + c * arow, n);
+                    }
+                    const int64_t stride = n_rows + 5;
+                    std::vector<float> got(static_cast<size_t>(stride * n_cols), 12345.0f);
+                    k.gemm_packed8(n, packed.data(), n_rows, a.data(), arow, n_cols, got.data(), stride);
+                    for (int64_t c = 0; c < n_cols; ++c) {
+                        for (int64_t r = 0; r < stride; ++r) {
+                            const float g = got[c * stride + r];
+                            if (r >= n_rows) {
+                                ASSERT_EQ(g, 12345.0f) << "wrote outside the outputs";
+                                continue;
+                            }
+                            const float want = packed_oracle(t, n, w.data() + r * row, a.data() + c * arow);
+                            ASSERT_EQ(std::memcmp(&g, &want, 4), 0)
+                                << dtype_name(t) << " n " << n << " " << n_rows << "x" << n_cols << " at row " << r
+                                << " col " << c << ": " << g << " vs " << want;
+                        }
+                    }
                 }
             }
         }
     }
     if (GetParam() == "avx2") {
-        EXPECT_GE(n_packed, 1);  // Q4_1
+        EXPECT_GE(n_packed, 3);  // Q4_0, Q4_1, Q8_0
     }
 }
 

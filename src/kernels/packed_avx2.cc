@@ -1,0 +1,193 @@
+// Q4_0 and Q8_0 repacked in groups of 8 rows, and their matrix product (decode, batches and
+// prompts alike); see QuantKernels::repack8 / gemm_packed8 in quants.h. Compiled with
+// -mavx2 -mfma -mf16c -ffp-contract=off; see simd_avx2.h for why this file calls no inline
+// function of external linkage.
+//
+// Layout, per group of 8 rows and per block of 32 elements: the 8 scales d (F16), then for each
+// lane l the 4 quant bytes of lane l of each of the 8 rows (32 bytes, row r at 4r). Q4_0 has 4
+// lanes: bytes qs[4l..4l+3], whose low nibbles are elements 4l..4l+3 and high nibbles elements
+// 16+4l..; Q8_0 has 8 lanes, elements 4l..4l+3.
+// One 32-byte load then serves 8 rows against a broadcast of 4 activation bytes.
+//
+// Order: every output is vec_dot_ref's, bit for bit. Per block the integer sum of products is
+// exact (summed here in any order), then scaled and added in float with the reference's
+// operations in the reference's order, sum += (s * dx) * dy. Each of the 8 rows of a group is one float lane, so the order
+// cannot depend on how many rows or activation rows a call covers.
+//
+// (Q4_1 keeps ggml's order instead: quants_avx2.cc.)
+//
+// Integer ranges: Q4 nibbles are unsigned (Q4_0's sum of (q - 8) * y is sum(q * y) - 8 sum(y)),
+// so a maddubs pair is at most 2 * 15 * 127 and the 8 pair sums of a block add up to at most
+// 30480 in 16 bits. Q8_0 uses the sign trick (|x| times y with x's sign); its pair sums go to
+// 32 bits before they are added.
+
+#include "kernels/kernels_internal.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <type_traits>
+
+#include "kernels/quant_blocks.h"
+#include "kernels/simd_avx2.h"
+
+namespace ferrox {
+namespace {
+
+constexpr int64_t kMaxBlocks = 1024;  // rows of at most 32768 elements (repack_weights checks)
+constexpr int kCols = 2;              // activation rows per pass
+
+template <typename WB>
+struct Fmt {
+    static constexpr bool kQ8 = std::is_same_v<WB, BlockQ8_0>;
+    using YB = BlockQ8_0;
+    static constexpr int kLanes = kQ8 ? 8 : 4;
+    static constexpr int64_t kHeader = 16;
+    static constexpr int64_t kBlockBytes = 8 * static_cast<int64_t>(sizeof(WB));
+    static_assert(kHeader + 32 * kLanes == kBlockBytes);
+};
+
+template <typename WB>
+void repack8(const void* src, int64_t n, int64_t n_rows, void* dst) {
+    using F = Fmt<WB>;
+    const int64_t nb = n / kQK;
+    const auto* x = static_cast<const WB*>(src);
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int64_t g = 0; g < n_rows / 8; ++g) {
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* o = out + (g * nb + b) * F::kBlockBytes;
+            for (int r = 0; r < 8; ++r) {
+                const WB& xb = x[(g * 8 + r) * nb + b];
+                std::memcpy(o + 2 * r, &xb.d, 2);
+                for (int l = 0; l < F::kLanes; ++l) std::memcpy(o + F::kHeader + 32 * l + 4 * r, xb.qs + 4 * l, 4);
+            }
+        }
+    }
+}
+
+// What the float step needs of activation block b of column c, gathered once per pass.
+struct ColBlock {
+    float dy;       // y.d
+    int32_t sum8;   // Q4_0: 8 * sum of the 32 activation bytes
+};
+
+inline __m256i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Rows g*8..g*8+7 (the group at p) against NC activation columns; acc[c] holds the 8 rows'
+// running sums for column c.
+template <typename WB, int NC>
+inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB* const* y,
+                       const ColBlock* cb, __m256* acc) {
+    using F = Fmt<WB>;
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; ++b, p += F::kBlockBytes, cb += NC) {
+        __m256i isum[NC];
+        if constexpr (F::kQ8) {
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; ++l) {
+                const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + F::kHeader + 32 * l));
+                const __m256i aw = _mm256_sign_epi8(w, w);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                    const __m256i sy = _mm256_sign_epi8(bcast4(y[c][b].qs + 4 * l), w);
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
+                }
+            }
+        } else {
+            __m256i p16[NC];
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) p16[c] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + F::kHeader + 32 * l));
+                const __m256i lo = _mm256_and_si256(q, low);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                    p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(lo, bcast4(y[c][b].qs + 4 * l)));
+                    p16[c] = _mm256_add_epi16(p16[c], _mm256_maddubs_epi16(hi, bcast4(y[c][b].qs + 16 + 4 * l)));
+                }
+            }
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                isum[c] = _mm256_madd_epi16(p16[c], ones);
+                isum[c] = _mm256_sub_epi32(isum[c], _mm256_set1_epi32(cb[c].sum8));
+            }
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            const __m256 s = _mm256_cvtepi32_ps(isum[c]);
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_set1_ps(cb[c].dy)));
+        }
+    }
+}
+
+template <typename WB, int NC>
+void columns_pass(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a, int64_t a_row_bytes,
+                  float* out, int64_t out_stride) {
+    using F = Fmt<WB>;
+    using YB = typename F::YB;
+    const YB* y[NC];
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const YB*>(a + c * a_row_bytes);
+    ColBlock cb[kMaxBlocks * NC];
+    for (int64_t b = 0; b < nb; ++b) {
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            ColBlock& e = cb[b * NC + c];
+            e.dy = f16_to_f32(y[c][b].d);
+            if constexpr (!F::kQ8) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c][b].qs));
+                e.sum8 = 8 * hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+                                                          _mm256_set1_epi16(1)));
+            }
+        }
+    }
+    for (int64_t g = 0; g < n_rows / 8; ++g) {
+        __m256 acc[NC];
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+        group_pass<WB, NC>(w + g * nb * F::kBlockBytes, nb, y, cb, acc);
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + c * out_stride + 8 * g, acc[c]);
+    }
+}
+
+template <typename WB>
+void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes, int64_t n_cols,
+                  float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK;
+    const auto* wp = static_cast<const uint8_t*>(w);
+    const auto* ap = static_cast<const uint8_t*>(a);
+    if (nb > kMaxBlocks) {
+        for (int64_t c = 0; c < n_cols; ++c)
+            for (int64_t r = 0; r < n_rows; ++r) out[c * out_stride + r] = __builtin_nanf("");
+        return;
+    }
+    int64_t c = 0;
+    for (; c + kCols <= n_cols; c += kCols)
+        columns_pass<WB, kCols>(nb, wp, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride, out_stride);
+    const uint8_t* ac = ap + c * a_row_bytes;
+    float* oc = out + c * out_stride;
+    switch (n_cols - c) {
+        case 1: columns_pass<WB, 1>(nb, wp, n_rows, ac, a_row_bytes, oc, out_stride); break;
+        case 2: columns_pass<WB, 2>(nb, wp, n_rows, ac, a_row_bytes, oc, out_stride); break;
+        case 3: columns_pass<WB, 3>(nb, wp, n_rows, ac, a_row_bytes, oc, out_stride); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+namespace detail {
+
+void override_avx2_packed(QuantKernels* table) {
+    table[kernel_index(DType::kQ4_0)].repack8 = repack8<BlockQ4_0>;
+    table[kernel_index(DType::kQ4_0)].gemm_packed8 = gemm_packed8<BlockQ4_0>;
+    table[kernel_index(DType::kQ8_0)].repack8 = repack8<BlockQ8_0>;
+    table[kernel_index(DType::kQ8_0)].gemm_packed8 = gemm_packed8<BlockQ8_0>;
+}
+
+}  // namespace detail
+}  // namespace ferrox
+
+#else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
+namespace ferrox::detail {
+void override_avx2_packed(QuantKernels*) {}
+}  // namespace ferrox::detail
+#endif
