@@ -76,7 +76,8 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   reduce_prefill_scalar,
                                   to_f16_scalar,
                                   attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
-                                  attn_accumulate_run<accumulate_scalar, round_f16>};
+                                  attn_accumulate_run<accumulate_scalar, round_f16>,
+                                  attn_dots_prefill_group<dot_prefill_scalar>};
     return k;
 }
 

@@ -37,7 +37,20 @@ struct AttnF16Kernels {
     // For each row j: acc[((p0 + j) % n_rows) * n ..] += f16(p[j]) * row j.
     void (*accumulate_run)(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows,
                            float* acc, int n);
+    // The prefill dots of n_q query heads that share one KV head (grouped-query attention):
+    // out[g * out_stride + j] = dot_prefill(q + g * n, row j) * scale, bit for bit; each cache row
+    // is converted once for all the heads.
+    void (*dots_prefill_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
+                               float scale, float* out, int out_stride);
 };
+
+template <float (*DotPrefill)(const float*, const uint16_t*, int)>
+void attn_dots_prefill_group(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                             float* out, int out_stride) {
+    for (int g = 0; g < n_q; ++g)
+        for (int j = 0; j < count; ++j)
+            out[g * out_stride + j] = DotPrefill(q + g * n, k + static_cast<size_t>(j) * stride, n) * scale;
+}
 
 const AttnF16Kernels& attn_f16_kernels();
 

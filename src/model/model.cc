@@ -39,7 +39,7 @@ struct Model::Scratch {
     std::vector<float> up;     // (n_tok, n_ff)
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
-    std::vector<float> scores; // (n_threads, max_ctx) attention scores per thread
+    std::vector<float> scores; // (n_threads, group, max_ctx) attention scores per thread
     std::vector<float> attn_acc;  // (n_threads, 32, head_dim) partial P·V rows per thread
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
@@ -170,7 +170,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
     // activation format, plus alignment padding.
     s->act.resize(kMaxMatJobs * (T * (widest * 4) + 64));
-    s->scores.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
+    s->scores.resize(static_cast<size_t>(n_threads) * (hp.n_head / hp.n_head_kv) * std::max(1, opts.max_ctx));
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kDecodeRows * hp.head_dim);
     s->pos.resize(T);
     s->seq.resize(T);
@@ -373,43 +373,65 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     // Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the
     // sums run in ggml's orders (attention_f16.h): a sequence advancing by one token uses the
     // decode order, a chunk of two or more the prefill order, as llama.cpp does.
+    //
+    // Work items are (token, KV head) when the batch holds a prompt chunk: the prefill dots of
+    // the query heads that share a KV head read each cache row once. A batch of decode tokens
+    // only splits by query head, which balances threads better when there are few tokens.
+    bool any_prefill = false;
+    for (const BatchSeq& sq : batch.seqs) any_prefill |= sq.n_tokens >= 2;
+    const int per_item = any_prefill ? group : 1;
+    const int n_items_per_tok = hp.n_head / per_item;
+    const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
     pool_->run([&](int i_thread, int n_threads) {
-        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
+        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * group * opts_.max_ctx;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kDecodeRows * hd;
-        float qh[kMaxHeadDim];
+        float qh[kMaxHeadDim * 8];
         int64_t w0, w1;
-        ThreadPool::split(static_cast<int64_t>(n_tok) * hp.n_head, i_thread, n_threads, 1, &w0, &w1);
+        ThreadPool::split(static_cast<int64_t>(n_tok) * n_items_per_tok, i_thread, n_threads, 1, &w0, &w1);
         for (int64_t w = w0; w < w1; ++w) {
-            const int t = static_cast<int>(w / hp.n_head);
-            const int h = static_cast<int>(w % hp.n_head);
-            const int kvh = h / group;
+            const int t = static_cast<int>(w / n_items_per_tok);
+            const int h0 = static_cast<int>(w % n_items_per_tok) * per_item;
+            const int kvh = h0 / group;
             const BatchSeq& sq = batch.seqs[s.seq[t]];
             const bool prefill = sq.n_tokens >= 2;
             const int n_rows = prefill ? kPrefillRows : kDecodeRows;
             const int n_kv = s.pos[t] + 1;  // causal: positions [0, pos]
-            const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
-            for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
-            // Block by block: the positions of one block are consecutive rows.
-            const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
-            for (int p = 0; p < n_kv; p += bs) {
-                const auto* krow = reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                fk.dots(prefill, qh, krow, stride, std::min(bs, n_kv - p), hd, scale, scores + p);
+            const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h0 * hd;
+            // The heads of this item whose dots run together (a prompt token's group, at most 8
+            // at a time for qh), else one by one.
+            const int n_heads = per_item;
+            const int together = prefill ? std::min(n_heads, 8) : 1;
+            for (int g0 = 0; g0 < n_heads; g0 += together) {
+                const int ng = std::min(together, n_heads - g0);
+                for (int i = 0; i < ng * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[g0 * hd + i]));
+                // Block by block: the positions of one block are consecutive rows.
+                for (int p = 0; p < n_kv; p += bs) {
+                    const auto* krow =
+                        reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                    const int count = std::min(bs, n_kv - p);
+                    if (prefill) {
+                        fk.dots_prefill_group(qh, ng, krow, stride, count, hd, scale, scores + p, opts_.max_ctx);
+                    } else {
+                        fk.dots(false, qh, krow, stride, count, hd, scale, scores + p);
+                    }
+                }
+                for (int g = 0; g < ng; ++g) {
+                    float* sc = scores + static_cast<size_t>(g) * opts_.max_ctx;
+                    softmax_inplace(sc, n_kv);
+                    std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
+                    for (int p = 0; p < n_kv; p += bs) {
+                        const auto* vrow =
+                            reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                        fk.accumulate_run(sc + p, vrow, stride, std::min(bs, n_kv - p), p, n_rows, acc, hd);
+                    }
+                    float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + (h0 + g0 + g) * hd;
+                    (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
+                }
             }
-            softmax_inplace(scores, n_kv);
-            std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
-            for (int p = 0; p < n_kv; p += bs) {
-                const auto* vrow = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                fk.accumulate_run(scores + p, vrow, stride, std::min(bs, n_kv - p), p, n_rows, acc, hd);
-            }
-            float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd;
-            (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
         }
     });
 }
 
-// The same over a Q8_0 cache (head_dim a multiple of 32, so each head is whole blocks): Q is
-// quantized to Q8_0 and meets K in the integer dot product; V rows are dequantized and summed
-// in float.
 void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     const ModelHParams& hp = hp_;
     const int n_tok = static_cast<int>(batch.tokens.size());
