@@ -148,6 +148,76 @@ void columns_pass(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a
     }
 }
 
+// Q4_0 with many activation rows (prompts, large batches): each block of a group is unpacked
+// once into registers and every column passes over it, so the per-column work is only the products and
+// the float step. Columns in tiles of kManyCols, blocks in chunks of kChunkBlocks (the
+// per-(block, column) table and the group's running sums stay in L1; a running sum is stored
+// and loaded back between chunks, which does not change it).
+constexpr int kManyCols = 64;
+constexpr int kManyColsFrom = 8;
+constexpr int64_t kChunkBlocks = 32;
+
+template <typename WB>  // BlockQ4_0 (Q8_0's sign trick needs the weights again per column:
+                        // its 2-column passes measured as fast)
+void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a, int64_t a_row_bytes,
+                       int64_t n_cols, float* out, int64_t out_stride) {
+    using F = Fmt<WB>;
+    using YB = typename F::YB;
+    static_assert(!F::kQ8);
+    ColBlock cb[kChunkBlocks * kManyCols];
+    alignas(32) float acc[kManyCols * 8];
+    const __m256i low = _mm256_set1_epi8(15);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c0 = 0; c0 < n_cols; c0 += kManyCols) {
+        const int nc = static_cast<int>(n_cols - c0 < kManyCols ? n_cols - c0 : kManyCols);
+        const uint8_t* ac = a + c0 * a_row_bytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
+            const int64_t nbk = nb - b0 < kChunkBlocks ? nb - b0 : kChunkBlocks;
+            for (int64_t b = 0; b < nbk; ++b) {
+                for (int c = 0; c < nc; ++c) {
+                    const YB& yb = reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b];
+                    ColBlock& e = cb[b * nc + c];
+                    e.dy = f16_to_f32(yb.d);
+                    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
+                    e.sum8 = 8 * hsum_epi32(
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
+                }
+            }
+            for (int64_t g = 0; g < n_rows / 8; ++g) {
+                float* og = out + c0 * out_stride + 8 * g;
+                for (int c = 0; c < nc; ++c) {
+                    _mm256_store_ps(acc + 8 * c, b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(og + c * out_stride));
+                }
+                const uint8_t* p = w + (g * nb + b0) * F::kBlockBytes;
+                for (int64_t b = 0; b < nbk; ++b, p += F::kBlockBytes) {
+                    const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+                    const ColBlock* e = cb + b * nc;
+                    const int8_t* yq = reinterpret_cast<const YB*>(ac)[b0 + b].qs;
+                    __m256i lo[4], hi[4];
+                    _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + F::kHeader + 32 * l));
+                        lo[l] = _mm256_and_si256(q, low);
+                        hi[l] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                    }
+                    for (int c = 0; c < nc; ++c, yq += a_row_bytes) {
+                        __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(yq));
+                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(yq + 16)));
+                        _Pragma("GCC unroll 4") for (int l = 1; l < 4; ++l) {
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[l], bcast4(yq + 4 * l)));
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[l], bcast4(yq + 16 + 4 * l)));
+                        }
+                        const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(e[c].sum8));
+                        const __m256 sf = _mm256_cvtepi32_ps(isum);
+                        const __m256 t = _mm256_mul_ps(_mm256_mul_ps(sf, dx), _mm256_set1_ps(e[c].dy));
+                        _mm256_store_ps(acc + 8 * c, _mm256_add_ps(_mm256_load_ps(acc + 8 * c), t));
+                    }
+                }
+                for (int c = 0; c < nc; ++c) _mm256_storeu_ps(og + c * out_stride, _mm256_load_ps(acc + 8 * c));
+            }
+        }
+    }
+}
+
 template <typename WB>
 void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes, int64_t n_cols,
                   float* out, int64_t out_stride) {
@@ -158,6 +228,9 @@ void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64
         for (int64_t c = 0; c < n_cols; ++c)
             for (int64_t r = 0; r < n_rows; ++r) out[c * out_stride + r] = __builtin_nanf("");
         return;
+    }
+    if constexpr (!Fmt<WB>::kQ8) {
+        if (n_cols >= kManyColsFrom) return gemm_many_columns<WB>(nb, wp, n_rows, ap, a_row_bytes, n_cols, out, out_stride);
     }
     int64_t c = 0;
     for (; c + kCols <= n_cols; c += kCols)
