@@ -180,9 +180,10 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     return m;
 }
 
-// Decode reads every weight once per token. Matrices of a type with a packed layout
-// (QuantKernels::repack8: 8 rows interleaved, bit-identical results) are repacked once here
-// into one huge-page arena this model owns; the embedding table (read by row) is left alone.
+// Matrices of a type with a packed layout (QuantKernels::repack8: 8 rows interleaved, one
+// product for decode, batches and prompts with a fixed per-output order) are repacked once
+// here into one huge-page arena this model owns, and their original pages are given back; the
+// embedding table (read by row, and the output matrix when tied) is left alone.
 void Model::repack_weights(const GgufFile& f) {
     std::vector<const TensorView**> todo;
     auto consider = [&](const TensorView** w) {
