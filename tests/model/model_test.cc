@@ -127,37 +127,76 @@ std::vector<float> run_alone(Model& m, const std::vector<int32_t>& prompt, int b
     return logits;
 }
 
+// Every weight type's matrix product (packed or not: one activation row, a few, many) keeps
+// one order per output, so neither chunking, nor the block size, nor the batch a sequence
+// shares changes a bit of its logits.
 TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
-    TinyModelSpec spec;
-    spec.weight_type = DType::kQ4_K;
-    Loaded l = load_tiny(spec);
-    Model& m = *l.model;
-    const std::vector<int32_t> a = {1, 5, 9, 200, 3, 3, 8, 100, 17, 42, 11};
-    const std::vector<int32_t> b = {7, 300, 12, 4};
-    const std::vector<float> la = run_alone(m, a, 16, 64);
-    const std::vector<float> lb = run_alone(m, b, 16, 64);
-    EXPECT_EQ(run_alone(m, a, 4, 64), la);   // block size
-    EXPECT_EQ(run_alone(m, a, 16, 3), la);   // chunked prefill
-    // Token by token runs attention in the decode summation order (attention_f16.h), chunks of
-    // two or more in the prefill order: the same values up to rounding, not the same bits.
-    const std::vector<float> one_by_one = run_alone(m, a, 256, 1);
-    for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(one_by_one[i], la[i], 1e-3) << i;
+    for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ6_K, DType::kF16}) {
+        SCOPED_TRACE(std::string(dtype_name(type)));
+        TinyModelSpec spec;
+        spec.weight_type = type;
+        Loaded l = load_tiny(spec);
+        Model& m = *l.model;
+        const std::vector<int32_t> a = {1, 5, 9, 200, 3, 3, 8, 100, 17, 42, 11};
+        const std::vector<int32_t> b = {7, 300, 12, 4};
+        const std::vector<float> la = run_alone(m, a, 16, 64);
+        const std::vector<float> lb = run_alone(m, b, 16, 64);
+        EXPECT_EQ(run_alone(m, a, 4, 64), la);  // block size
+        EXPECT_EQ(run_alone(m, a, 16, 3), la);  // chunked prefill
+        // Token by token runs attention in the decode summation order (attention_f16.h), chunks
+        // of two or more in the prefill order: the same values up to rounding, not the same bits.
+        const std::vector<float> one_by_one = run_alone(m, a, 256, 1);
+        for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(one_by_one[i], la[i], 1e-3 * (1 + std::abs(la[i]))) << i;
 
-    // Both sequences in one batch.
-    KvPool kv(m.kv_geometry(8), 8);
-    SeqKv sa(&kv), sb(&kv);
-    ASSERT_TRUE(sa.reserve(static_cast<int>(a.size())).is_ok());
-    ASSERT_TRUE(sb.reserve(static_cast<int>(b.size())).is_ok());
-    Batch batch;
-    batch.tokens = a;
-    batch.tokens.insert(batch.tokens.end(), b.begin(), b.end());
-    batch.seqs.push_back({0, static_cast<int>(a.size()), 0, sa.blocks().data(), static_cast<int>(sa.blocks().size()), true});
-    batch.seqs.push_back({static_cast<int>(a.size()), static_cast<int>(b.size()), 0, sb.blocks().data(),
-                          static_cast<int>(sb.blocks().size()), true});
-    std::vector<float> logits(2 * m.n_vocab());
-    ASSERT_TRUE(m.forward(batch, kv, logits).is_ok());
-    EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + m.n_vocab()), la);
-    EXPECT_EQ(std::vector<float>(logits.begin() + m.n_vocab(), logits.end()), lb);
+        // Both sequences in one batch.
+        KvPool kv(m.kv_geometry(8), 8);
+        SeqKv sa(&kv), sb(&kv);
+        ASSERT_TRUE(sa.reserve(static_cast<int>(a.size()) + 1).is_ok());
+        ASSERT_TRUE(sb.reserve(static_cast<int>(b.size())).is_ok());
+        Batch batch;
+        batch.tokens = a;
+        batch.tokens.insert(batch.tokens.end(), b.begin(), b.end());
+        batch.seqs.push_back(
+            {0, static_cast<int>(a.size()), 0, sa.blocks().data(), static_cast<int>(sa.blocks().size()), true});
+        batch.seqs.push_back({static_cast<int>(a.size()), static_cast<int>(b.size()), 0, sb.blocks().data(),
+                              static_cast<int>(sb.blocks().size()), true});
+        std::vector<float> logits(2 * m.n_vocab());
+        ASSERT_TRUE(m.forward(batch, kv, logits).is_ok());
+        EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + m.n_vocab()), la);
+        EXPECT_EQ(std::vector<float>(logits.begin() + m.n_vocab(), logits.end()), lb);
+
+        // A decode step of a alone, then the same step again in a batch with another prompt
+        // (decode-order attention for a, prefill order for the prompt, 1 + 9 activation rows).
+        const int32_t next = 77;
+        auto step_of_a = [&](const std::vector<int32_t>& other, std::vector<float>* out) {
+            KvPool kv2(m.kv_geometry(8), 16);
+            SeqKv s1(&kv2), s2(&kv2);
+            ASSERT_TRUE(s1.reserve(static_cast<int>(a.size()) + 1).is_ok());
+            ASSERT_TRUE(s2.reserve(static_cast<int>(other.size()) + 1).is_ok());
+            Batch pre;
+            pre.tokens = a;
+            pre.seqs.push_back(
+                {0, static_cast<int>(a.size()), 0, s1.blocks().data(), static_cast<int>(s1.blocks().size()), true});
+            std::vector<float> lg(m.n_vocab());
+            ASSERT_TRUE(m.forward(pre, kv2, lg).is_ok());
+            Batch step;
+            step.tokens = {next};
+            step.tokens.insert(step.tokens.end(), other.begin(), other.end());
+            step.seqs.push_back({0, 1, static_cast<int>(a.size()), s1.blocks().data(),
+                                 static_cast<int>(s1.blocks().size()), true});
+            if (!other.empty()) {
+                step.seqs.push_back({1, static_cast<int>(other.size()), 0, s2.blocks().data(),
+                                     static_cast<int>(s2.blocks().size()), true});
+            }
+            std::vector<float> lg2(step.seqs.size() * m.n_vocab());
+            ASSERT_TRUE(m.forward(step, kv2, lg2).is_ok());
+            out->assign(lg2.begin(), lg2.begin() + m.n_vocab());
+        };
+        std::vector<float> alone, batched;
+        step_of_a({}, &alone);
+        step_of_a({4, 8, 15, 16, 23, 42, 108, 2, 9}, &batched);
+        EXPECT_EQ(batched, alone);
+    }
 }
 
 // A Q8_0 KV cache (--kv-type q8_0) stores K and V in 8 bits: the logits move by the rounding
