@@ -70,6 +70,19 @@ struct ColBlock {
     int32_t sum8;   // Q4_0: 8 * sum of the 32 activation bytes
 };
 
+// The table entry of one activation block; Q8_0 weights need no activation sum.
+template <bool kSum>
+inline ColBlock col_block(const BlockQ8_0& y) {
+    ColBlock e;
+    e.dy = f16_to_f32(y.d);
+    e.sum8 = 0;
+    if constexpr (kSum) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+        e.sum8 = 8 * hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
+    }
+    return e;
+}
+
 inline __m256i bcast4(const int8_t* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
@@ -130,15 +143,7 @@ void columns_pass(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a
     _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const YB*>(a + c * a_row_bytes);
     ColBlock cb[kMaxBlocks * NC];
     for (int64_t b = 0; b < nb; ++b) {
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
-            ColBlock& e = cb[b * NC + c];
-            e.dy = f16_to_f32(y[c][b].d);
-            if constexpr (!F::kQ8) {
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[c][b].qs));
-                e.sum8 = 8 * hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
-                                                          _mm256_set1_epi16(1)));
-            }
-        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) cb[b * NC + c] = col_block<!F::kQ8>(y[c][b]);
     }
     for (int64_t g = 0; g < n_rows / 8; ++g) {
         __m256 acc[NC];
@@ -174,14 +179,8 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
         for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
             const int64_t nbk = nb - b0 < kChunkBlocks ? nb - b0 : kChunkBlocks;
             for (int64_t b = 0; b < nbk; ++b) {
-                for (int c = 0; c < nc; ++c) {
-                    const YB& yb = reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b];
-                    ColBlock& e = cb[b * nc + c];
-                    e.dy = f16_to_f32(yb.d);
-                    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
-                    e.sum8 = 8 * hsum_epi32(
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
-                }
+                for (int c = 0; c < nc; ++c)
+                    cb[b * nc + c] = col_block<true>(reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b]);
             }
             for (int64_t g = 0; g < n_rows / 8; ++g) {
                 float* og = out + c0 * out_stride + 8 * g;

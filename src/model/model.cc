@@ -403,10 +403,9 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h0 * hd;
             // The heads of this item whose dots run together (a prompt token's group, at most 8
             // at a time for qh), else one by one.
-            const int n_heads = per_item;
-            const int together = prefill ? std::min(n_heads, 8) : 1;
-            for (int g0 = 0; g0 < n_heads; g0 += together) {
-                const int ng = std::min(together, n_heads - g0);
+            const int together = prefill ? std::min(per_item, 8) : 1;
+            for (int g0 = 0; g0 < per_item; g0 += together) {
+                const int ng = std::min(together, per_item - g0);
                 for (int i = 0; i < ng * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[g0 * hd + i]));
                 // Block by block: the positions of one block are consecutive rows.
                 for (int p = 0; p < n_kv; p += bs) {
