@@ -54,6 +54,14 @@ const Tables& tables() {
             detail::override_avx2_ops(&t.ops[i]);
             t.present[i] = true;
         }
+        for (auto& per_isa : t.quant) {
+            for (QuantKernels& k : per_isa) {
+                if (k.quantize_packed_act_row == nullptr) {
+                    k.packed_act_type = k.act_type;
+                    k.quantize_packed_act_row = k.quantize_act_row;
+                }
+            }
+        }
         return t;
     }();
     return t;

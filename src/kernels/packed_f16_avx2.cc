@@ -6,6 +6,10 @@
 // each column k in order, the 8 rows' halves at column k (16 bytes), so one _mm256_cvtph_ps
 // gives the 8 rows' weights at column k, one row per lane.
 //
+// Activations: F32 rows holding values rounded to F16 (quantize_packed_act_row), so products
+// are the same as with F16 activations and a prompt's rows are read as they are multiplied
+// (converting each 64-row tile's chunk of every token again cost ~15% of a prompt).
+//
 // Order: every output is one float fused multiply-add chain over the elements in order,
 // acc = 0; acc = fma(w[k], x[k], acc) for k = 0..n-1 (the f16 -> f32 conversions are exact),
 // whatever n_rows and n_cols are. Lane j of a group's accumulator is row j's chain, so the
@@ -63,6 +67,15 @@ void repack8_f16(const void* src, int64_t n, int64_t n_rows, void* dst) {
     }
 }
 
+// Activation row: floats rounded to F16 precision (round to nearest even, as act_type F16).
+void quantize_packed_f16(const float* x, void* dst, int64_t n) {
+    auto* y = static_cast<float*>(dst);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; ++i) y[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
 // ---- one activation row (decode) ------------------------------------------------------------
 
 // One element for G groups: acc[g] = fma(group g's 8 weights at wk, b, acc[g]).
@@ -75,13 +88,13 @@ inline void step(__m256* acc, const uint16_t* wk, int64_t gstride, __m256 b) {
 // G groups (8G rows) against one activation row: G independent chains hide the FMA latency.
 // w: group 0 of the G; gstride: elements between groups (8n). out: row 0's output.
 template <int G>
-void gemv_groups(int64_t n, const uint16_t* w, int64_t gstride, const uint16_t* x, float* out) {
+void gemv_groups(int64_t n, const uint16_t* w, int64_t gstride, const float* x, float* out) {
     __m256 acc[G];
     FERROX_UNROLL
     for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
-        const __m256 xv = cvt8(x + k);
+        const __m256 xv = _mm256_loadu_ps(x + k);
         const __m256 lo = _mm256_permute2f128_ps(xv, xv, 0x00);
         const __m256 hi = _mm256_permute2f128_ps(xv, xv, 0x11);
         const uint16_t* wk = w + k * 8;
@@ -95,7 +108,7 @@ void gemv_groups(int64_t n, const uint16_t* w, int64_t gstride, const uint16_t* 
         step<G>(acc, wk + 7 * 8, gstride, _mm256_shuffle_ps(hi, hi, 0xFF));
     }
     for (; k < n; ++k) {
-        const __m256 b = _mm256_set1_ps(f16_to_f32(x[k]));
+        const __m256 b = _mm256_set1_ps(x[k]);
         FERROX_UNROLL
         for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(cvt8(w + g * gstride + k * 8), b, acc[g]);
     }
@@ -103,7 +116,7 @@ void gemv_groups(int64_t n, const uint16_t* w, int64_t gstride, const uint16_t* 
     for (int g = 0; g < G; ++g) _mm256_storeu_ps(out + 8 * g, acc[g]);
 }
 
-void gemv_packed(int64_t n, const uint16_t* w, int64_t n_rows, const uint16_t* x, float* out) {
+void gemv_packed(int64_t n, const uint16_t* w, int64_t n_rows, const float* x, float* out) {
     const int64_t gs = 8 * n;
     const int64_t ng = n_rows / 8;
     int64_t g = 0;
@@ -122,12 +135,11 @@ void gemv_packed(int64_t n, const uint16_t* w, int64_t n_rows, const uint16_t* x
 
 // ---- several activation rows (batches, prompts) ---------------------------------------------
 
-// Register blocks of 2 groups (16 rows) x 6 columns: 12 chains. The activation rows of a
-// column tile are converted to floats a chunk of elements at a time (exact; smaller chunks
-// measured slower, 128: -8%); the chains carry over chunks through the outputs themselves (a
-// float stored and loaded back is the same float, so the order is unchanged). Loops: row
-// blocks of 64 rows, then chunks, then column tiles, so a chunk of the block's weights (128 KiB)
-// stays in L2 while every column tile passes over it.
+// Register blocks of 2 groups (16 rows) x 6 columns: 12 chains, broadcasting each column's
+// activations straight from its row. The elements are taken a chunk at a time; the chains carry
+// over chunks through the outputs themselves (a float stored and loaded back is the same float,
+// so the order is unchanged). Loops: row blocks of 64 rows, then chunks, then column tiles, so a
+// chunk of the block's weights (128 KiB) stays in L2 while every column tile passes over it.
 constexpr int kMaxCols = 6;
 constexpr int64_t kChunk = 1024;
 constexpr int64_t kBlockGroups = 8;
@@ -135,13 +147,16 @@ constexpr int64_t kBlockGroups = 8;
 // G groups x C columns over one chunk of kc elements (2G conversions, C broadcasts and G * C
 // FMAs per element; the conversions do not limit the FMA rate on Zen 3, converting the weights
 // to a float buffer shared by the column tiles measured ~10% slower): group g's weights at
-// element i are at w + g * gstride + 8 * i; column c's activation at element i is xb[c * kChunk + i]; output
-// (row 8g + j, column c) at out[c * out_stride + 8g + j]. first: the chains start at 0 (else
-// they continue from out).
+// element i are at w + g * gstride + 8 * i; column c's activation at element i is at byte
+// c * a_row_bytes of x, plus 4i; output (row 8g + j, column c) at out[c * out_stride + 8g + j].
+// first: the chains start at 0 (else they continue from out).
 template <int G, int C>
-void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const float* xb, float* out, int64_t out_stride,
-                 bool first) {
+void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const uint8_t* x, int64_t a_row_bytes, float* out,
+                 int64_t out_stride, bool first) {
     __m256 acc[G][C];
+    const float* xc[C];
+    FERROX_UNROLL
+    for (int c = 0; c < C; ++c) xc[c] = reinterpret_cast<const float*>(x + c * a_row_bytes);
     FERROX_UNROLL
     for (int g = 0; g < G; ++g)
         FERROX_UNROLL
@@ -153,7 +168,7 @@ void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const float* xb
         for (int g = 0; g < G; ++g) wv[g] = cvt8(w + g * gstride + i * 8);
         FERROX_UNROLL
         for (int c = 0; c < C; ++c) {
-            const __m256 b = _mm256_broadcast_ss(xb + c * kChunk + i);
+            const __m256 b = _mm256_broadcast_ss(xc[c] + i);
             FERROX_UNROLL
             for (int g = 0; g < G; ++g) acc[g][c] = _mm256_fmadd_ps(wv[g], b, acc[g][c]);
         }
@@ -167,32 +182,25 @@ void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const float* xb
 // ng groups against C columns over one chunk: G groups at a time, G chosen so that the G * C
 // chains, G weight vectors and a broadcast fit the 16 registers.
 template <int C>
-void tile_groups(const uint16_t* w, int64_t gstride, int64_t ng, int64_t kc, const float* xb, float* out,
-                 int64_t out_stride, bool first) {
+void tile_groups(const uint16_t* w, int64_t gstride, int64_t ng, int64_t kc, const uint8_t* x, int64_t a_row_bytes,
+                 float* out, int64_t out_stride, bool first) {
     constexpr int G = C >= 4 ? 2 : (C == 3 ? 3 : 4);
     int64_t g = 0;
     for (; g + G <= ng; g += G)
-        tile_kernel<G, C>(w + g * gstride, gstride, kc, xb, out + 8 * g, out_stride, first);
-    for (; g < ng; ++g) tile_kernel<1, C>(w + g * gstride, gstride, kc, xb, out + 8 * g, out_stride, first);
+        tile_kernel<G, C>(w + g * gstride, gstride, kc, x, a_row_bytes, out + 8 * g, out_stride, first);
+    for (; g < ng; ++g) tile_kernel<1, C>(w + g * gstride, gstride, kc, x, a_row_bytes, out + 8 * g, out_stride, first);
 }
 
-void tile_groups_n(int nc, const uint16_t* w, int64_t gstride, int64_t ng, int64_t kc, const float* xb, float* out,
-                   int64_t out_stride, bool first) {
+void tile_groups_n(int nc, const uint16_t* w, int64_t gstride, int64_t ng, int64_t kc, const uint8_t* x,
+                   int64_t a_row_bytes, float* out, int64_t out_stride, bool first) {
     switch (nc) {
-        case 6: tile_groups<6>(w, gstride, ng, kc, xb, out, out_stride, first); break;
-        case 5: tile_groups<5>(w, gstride, ng, kc, xb, out, out_stride, first); break;
-        case 4: tile_groups<4>(w, gstride, ng, kc, xb, out, out_stride, first); break;
-        case 3: tile_groups<3>(w, gstride, ng, kc, xb, out, out_stride, first); break;
-        case 2: tile_groups<2>(w, gstride, ng, kc, xb, out, out_stride, first); break;
-        default: tile_groups<1>(w, gstride, ng, kc, xb, out, out_stride, first); break;
+        case 6: tile_groups<6>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
+        case 5: tile_groups<5>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
+        case 4: tile_groups<4>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
+        case 3: tile_groups<3>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
+        case 2: tile_groups<2>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
+        default: tile_groups<1>(w, gstride, ng, kc, x, a_row_bytes, out, out_stride, first); break;
     }
-}
-
-// kc halves from p -> floats.
-inline void to_f32(const uint16_t* p, int64_t kc, float* dst) {
-    int64_t i = 0;
-    for (; i + 8 <= kc; i += 8) _mm256_store_ps(dst + i, cvt8(p + i));
-    for (; i < kc; ++i) dst[i] = f16_to_f32(p[i]);
 }
 
 void gemm_packed8_f16(int64_t n, const void* wv, int64_t n_rows, const void* av, int64_t a_row_bytes,
@@ -200,11 +208,10 @@ void gemm_packed8_f16(int64_t n, const void* wv, int64_t n_rows, const void* av,
     const auto* w = static_cast<const uint16_t*>(wv);
     const auto* a = static_cast<const uint8_t*>(av);
     if (n_cols == 1) {
-        gemv_packed(n, w, n_rows, reinterpret_cast<const uint16_t*>(a), out);
+        gemv_packed(n, w, n_rows, reinterpret_cast<const float*>(a), out);
         return;
     }
     const int64_t gs = 8 * n;
-    alignas(32) float xb[kMaxCols * kChunk];
     for (int64_t g0 = 0; g0 < n_rows / 8; g0 += kBlockGroups) {
         const int64_t ng = n_rows / 8 - g0 < kBlockGroups ? n_rows / 8 - g0 : kBlockGroups;
         const uint16_t* wblk = w + g0 * gs;
@@ -212,10 +219,9 @@ void gemm_packed8_f16(int64_t n, const void* wv, int64_t n_rows, const void* av,
             const int64_t kc = n - k0 < kChunk ? n - k0 : kChunk;
             for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxCols) {
                 const int nc = static_cast<int>(n_cols - c0 < kMaxCols ? n_cols - c0 : kMaxCols);
-                for (int c = 0; c < nc; ++c)
-                    to_f32(reinterpret_cast<const uint16_t*>(a + (c0 + c) * a_row_bytes) + k0, kc, xb + c * kChunk);
                 float* o = out + c0 * out_stride + 8 * g0;
-                tile_groups_n(nc, wblk + k0 * 8, gs, ng, kc, xb, o, out_stride, k0 == 0);
+                tile_groups_n(nc, wblk + k0 * 8, gs, ng, kc, a + c0 * a_row_bytes + k0 * 4, a_row_bytes, o, out_stride,
+                              k0 == 0);
             }
         }
     }
@@ -228,6 +234,8 @@ namespace detail {
 void override_avx2_packed_f16(QuantKernels* table) {
     table[kernel_index(DType::kF16)].repack8 = repack8_f16;
     table[kernel_index(DType::kF16)].gemm_packed8 = gemm_packed8_f16;
+    table[kernel_index(DType::kF16)].packed_act_type = DType::kF32;
+    table[kernel_index(DType::kF16)].quantize_packed_act_row = quantize_packed_f16;
 }
 
 }  // namespace detail

@@ -91,6 +91,12 @@ struct QuantKernels {
     void (*repack8)(const void* src, int64_t n, int64_t n_rows, void* dst) = nullptr;
     void (*gemm_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                          int64_t n_cols, float* out, int64_t out_stride) = nullptr;
+    // The activation rows gemm_packed8 takes: packed_act_type, made by quantize_packed_act_row.
+    // act_type and quantize_act_row for every type but F16, whose packed kernel takes F32 rows
+    // holding the values rounded to F16 (the same numbers as act_type's, kept in the form the
+    // kernel multiplies, so a prompt's activations are not converted again for every weight tile).
+    DType packed_act_type = DType::kF32;
+    void (*quantize_packed_act_row)(const float* src, void* dst, int64_t n) = nullptr;
 };
 
 // The kernels for a weight type on the selected ISA. CHECK-fails for unsupported types.

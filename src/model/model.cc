@@ -168,8 +168,8 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->up.resize(T * hp.n_ff);
     s->proj.resize(T * hp.n_embd);
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
-    // activation format, plus alignment padding.
-    s->act.resize(kMaxMatJobs * (T * (widest * 4) + 64));
+    // activation format, plus each row's padding (act_row_stride) and alignment.
+    s->act.resize(kMaxMatJobs * (T * (widest * 4 + 128) + 64));
     s->scores.resize(static_cast<size_t>(n_threads) * (hp.n_head / hp.n_head_kv) * std::max(1, opts.max_ctx));
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kDecodeRows * hp.head_dim);
     s->pos.resize(T);
@@ -219,6 +219,16 @@ void Model::repack_weights(const GgufFile& f) {
     }
 }
 
+// Bytes between a matmul's activation rows: a row's bytes rounded up to 64, plus 64 where that
+// is a multiple of 4 KiB. A prompt kernel reads several rows side by side; at a 4 KiB multiple
+// (F16's F32 rows of 2048 elements are 8 KiB) they would all fall in the same L1 sets.
+namespace {
+int64_t act_row_stride(int64_t row_bytes) {
+    const int64_t s = (row_bytes + 63) / 64 * 64;
+    return s % 4096 == 0 ? s + 64 : s;
+}
+}  // namespace
+
 // Several products y_j (n_tok, n_out_j) = x_j (n_tok, n_in_j) · W_j^T in one parallel region
 // (one barrier, not one per matrix: on a busy machine every barrier may wait for a
 // descheduled thread). Each distinct (input, activation type) is quantized once, on this
@@ -233,21 +243,26 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
         int64_t n_in;
         int64_t row_bytes;
         uint8_t* data;
-        const QuantKernels* kq;  // quantizes rows to act_type
+        void (*quantize)(const float* src, void* dst, int64_t n);  // rows -> act_type
     };
     Slot slots[kMaxMatJobs];
     int slot_of[kMaxMatJobs];
     int n_slots = 0;
     uint8_t* free_space = s_->act.data();
     for (int j = 0; j < n_jobs; ++j) {
-        const DType at = quant_kernels(jobs[j].w->type).act_type;
+        const QuantKernels& kq = quant_kernels(jobs[j].w->type);
+        const bool packed = jobs[j].w->packed8;
+        const DType at = packed ? kq.packed_act_type : kq.act_type;
         int k = 0;
-        while (k < n_slots && !(slots[k].x == jobs[j].x && slots[k].act_type == at)) ++k;
+        const auto quantize = packed ? kq.quantize_packed_act_row : kq.quantize_act_row;
+        // Keyed by the quantizer too: F16's packed rows and F32's rows are both F32, not the same numbers.
+        while (k < n_slots && !(slots[k].x == jobs[j].x && slots[k].act_type == at && slots[k].quantize == quantize))
+            ++k;
         if (k == n_slots) {
             const int64_t n_in = jobs[j].w->ne[0];
-            const int64_t rb = dtype_row_bytes(at, n_in);
+            const int64_t rb = act_row_stride(dtype_row_bytes(at, n_in));
             CHECK(free_space + rb * n_tok <= s_->act.data() + s_->act.size());
-            slots[n_slots++] = {jobs[j].x, at, n_in, rb, free_space, &quant_kernels(jobs[j].w->type)};
+            slots[n_slots++] = {jobs[j].x, at, n_in, rb, free_space, quantize};
             free_space += (rb * n_tok + 63) / 64 * 64;
         }
         slot_of[j] = k;
@@ -256,7 +271,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
         for (int k = 0; k < n_slots; ++k) {
             const Slot& sl = slots[k];
             for (int64_t t = t0; t < t1; ++t) {
-                sl.kq->quantize_act_row(sl.x + t * sl.n_in, sl.data + t * sl.row_bytes, sl.n_in);
+                sl.quantize(sl.x + t * sl.n_in, sl.data + t * sl.row_bytes, sl.n_in);
             }
         }
     };

@@ -108,12 +108,13 @@ TEST_P(RowsExact, TilesMatchOneRowDots) {
 // sum per block, scaled and added in float, block by block) but Q4_1, which keeps vec_dot's
 // (ggml's) order; for F16 a single float
 // multiply-add chain over the elements in order (vec_dot_ref sums F16 in double).
+// a: an activation row in packed_act_type (F32 holding F16 values for F16).
 float packed_oracle(DType t, int64_t n, const void* w, const void* a) {
     if (t == DType::kF16) {
         const auto* x = static_cast<const uint16_t*>(w);
-        const auto* y = static_cast<const uint16_t*>(a);
+        const auto* y = static_cast<const float*>(a);
         float acc = 0.0f;
-        for (int64_t i = 0; i < n; ++i) acc = std::fma(fp16_to_fp32(x[i]), fp16_to_fp32(y[i]), acc);
+        for (int64_t i = 0; i < n; ++i) acc = std::fma(fp16_to_fp32(x[i]), y[i], acc);
         return acc;
     }
     if (t == DType::kQ4_1) return quant_kernels(t).vec_dot(n, w, a);  // ggml's order (quants.h)
@@ -147,11 +148,28 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
                 k.repack8(w.data(), n, n_rows, packed.data());
                 ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
                 for (int64_t n_cols : {1, 2, 3, 4, 5, 9}) {
-                    const int64_t arow = dtype_row_bytes(k.act_type, n) + 8;
+                    const int64_t arow = dtype_row_bytes(k.packed_act_type, n) + 8;
                     std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
+                    std::vector<uint8_t> plain(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
                     for (int64_t c = 0; c < n_cols; ++c) {
                         for (float& v : x) v = nd(rng);
-                        k.quantize_act_row(x.data(), a.data() + c * arow, n);
+                        k.quantize_packed_act_row(x.data(), a.data() + c * arow, n);
+                        // The packed rows hold act_type's numbers: the same bytes, or for F16 the
+                        // same values as floats.
+                        k.quantize_act_row(x.data(), plain.data(), n);
+                        if (k.packed_act_type == k.act_type) {
+                            ASSERT_EQ(std::memcmp(plain.data(), a.data() + c * arow, plain.size()), 0);
+                        } else {
+                            ASSERT_EQ(t, DType::kF16);
+                            ASSERT_EQ(k.packed_act_type, DType::kF32);
+                            for (int64_t i = 0; i < n; ++i) {
+                                float v;
+                                std::memcpy(&v, a.data() + c * arow + 4 * i, 4);
+                                uint16_t h;
+                                std::memcpy(&h, plain.data() + 2 * i, 2);
+                                ASSERT_EQ(v, fp16_to_fp32(h)) << "element " << i;
+                            }
+                        }
                     }
                     const int64_t stride = n_rows + 5;
                     std::vector<float> got(static_cast<size_t>(stride * n_cols), 12345.0f);
