@@ -162,7 +162,7 @@ void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const uint8_t* 
         FERROX_UNROLL
         for (int c = 0; c < C; ++c)
             acc[g][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + c * out_stride + 8 * g);
-    for (int64_t i = 0; i < kc; ++i) {
+    auto step = [&](int64_t i) {
         __m256 wv[G];
         FERROX_UNROLL
         for (int g = 0; g < G; ++g) wv[g] = cvt8(w + g * gstride + i * 8);
@@ -172,7 +172,24 @@ void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const uint8_t* 
             FERROX_UNROLL
             for (int g = 0; g < G; ++g) acc[g][c] = _mm256_fmadd_ps(wv[g], b, acc[g][c]);
         }
+    };
+    // Every 16 elements, the lines 64 elements ahead in each of the G + C streams are fetched
+    // (a call's streams are too short for the hardware prefetcher to ramp up: ~+7 % measured).
+    int64_t i = 0;
+    for (; i + 16 <= kc; i += 16) {
+        FERROX_UNROLL
+        for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(xc[c] + i + 64), _MM_HINT_T0);
+        FERROX_UNROLL
+        for (int g = 0; g < G; ++g) {
+            const char* p = reinterpret_cast<const char*>(w + g * gstride + (i + 64) * 8);
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            _mm_prefetch(p + 128, _MM_HINT_T0);
+            _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
+        for (int64_t j = i; j < i + 16; ++j) step(j);
     }
+    for (; i < kc; ++i) step(i);
     FERROX_UNROLL
     for (int g = 0; g < G; ++g)
         FERROX_UNROLL

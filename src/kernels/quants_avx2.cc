@@ -354,6 +354,7 @@ void vec_dot_packed8_q4(int64_t n, const void* w, int64_t n_rows, const void* a,
         __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
         __m256 off = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b, p += P::kBlockBytes) {
+            prefetch_ahead<P::kBlockBytes>(p);
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
             const __m256 d = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[b].d)));
             if constexpr (P::kMin) {
