@@ -454,6 +454,7 @@ void gemm_group_direct(int64_t nb, const uint8_t* w, const uint8_t* a, int64_t a
         const BlockQ8_K* y[NC];
         FX_UNROLL
         for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const BlockQ8_K*>(a + c * a_row_bytes + i * kQ8KBytes);
+        prefetch_ahead<T::kGroup, _MM_HINT_NTA>(w + i * T::kGroup);
         T::template direct<NC>(w + i * T::kGroup, y, acc);
     }
     FX_UNROLL
