@@ -98,7 +98,7 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
     const __m256i low = _mm256_set1_epi8(15);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b, p += F::kBlockBytes, cb += NC) {
-        if constexpr (!F::kQ8) prefetch_ahead<F::kBlockBytes>(p);
+        prefetch_ahead<F::kBlockBytes>(p);
         __m256i isum[NC];
         if constexpr (F::kQ8) {
             _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
