@@ -306,9 +306,22 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                 // weights are read once, not once per 64 tokens).
                 CHECK(kq.gemm_packed8 != nullptr);
                 constexpr int64_t kPackedTile = 64;
+                // F16 prompts (compute-bound, 2 bytes a weight) split tokens between threads
+                // rather than rows: each thread reads every weight (cheap against the arithmetic
+                // from 64 tokens a thread on) and half the activations, with no imbalance
+                // between the matrices' row ranges. pp512 on the 1B F16 model, 2 threads: ~+8 %.
+                int tok_begin = 0, tok_end = n_tok;
+                if (w.type == DType::kF16 && n_threads > 1 && n_tok >= 64 * n_threads) {
+                    int64_t a, b;
+                    ThreadPool::split(n_tok, i_thread, n_threads, 6, &a, &b);
+                    tok_begin = static_cast<int>(a);
+                    tok_end = static_cast<int>(b);
+                    r0 = 0;
+                    r1 = n_out;
+                }
                 const int tok_chunk = w.type == DType::kF16 ? n_tok : 64;
-                for (int t0 = 0; t0 < n_tok; t0 += tok_chunk) {
-                    const int nt = std::min(tok_chunk, n_tok - t0);
+                for (int t0 = tok_begin; t0 < tok_end; t0 += tok_chunk) {
+                    const int nt = std::min(tok_chunk, tok_end - t0);
                     for (int64_t r = r0; r < r1; r += kPackedTile) {
                         const int64_t nr = std::min(kPackedTile, r1 - r);
                         kq.gemm_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t0 * sl.row_bytes, sl.row_bytes,

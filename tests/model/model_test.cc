@@ -23,7 +23,7 @@ struct Loaded {
     std::unique_ptr<Model> model;
 };
 
-Loaded load_tiny(const TinyModelSpec& spec, int n_threads = 2) {
+Loaded load_tiny(const TinyModelSpec& spec, int n_threads = 2, int max_batch_tokens = 64) {
     Loaded l;
     l.bytes = make_tiny_model(spec);
     auto g = GgufFile::parse(l.bytes.data(), l.bytes.size(), "tiny.gguf");
@@ -32,7 +32,7 @@ Loaded load_tiny(const TinyModelSpec& spec, int n_threads = 2) {
     ModelOptions mo;
     mo.n_threads = n_threads;
     mo.max_ctx = 256;
-    mo.max_batch_tokens = 64;
+    mo.max_batch_tokens = max_batch_tokens;
     auto m = Model::load(*l.gguf, mo);
     EXPECT_TRUE(m.has_value()) << m.status().message();
     l.model = std::move(*m);
@@ -252,6 +252,22 @@ TEST(Forward, ThreadCountChangesNothing) {
     Loaded three = load_tiny(spec, 3);
     const std::vector<int32_t> p = {2, 4, 6, 8, 10, 300};
     EXPECT_EQ(run_alone(*one.model, p, 16, 64), run_alone(*three.model, p, 16, 64));
+}
+
+// F16 prompts of 64 tokens a thread or more split tokens between threads instead of rows
+// (matmuls): the same bits as one thread, and as the row split of smaller chunks.
+TEST(Forward, F16PromptTokenSplitChangesNothing) {
+    TinyModelSpec spec;
+    spec.weight_type = DType::kF16;
+    Loaded one = load_tiny(spec, 1, 256);
+    Loaded two = load_tiny(spec, 2, 256);
+    Loaded three = load_tiny(spec, 3, 256);
+    std::vector<int32_t> p(200);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>((i * 37 + 5) % 320);
+    const std::vector<float> want = run_alone(*one.model, p, 16, 200);
+    EXPECT_EQ(run_alone(*two.model, p, 16, 200), want);    // 100 tokens a thread
+    EXPECT_EQ(run_alone(*three.model, p, 16, 200), want);  // 66 or 67
+    EXPECT_EQ(run_alone(*two.model, p, 16, 64), want);     // rows split
 }
 
 TEST(Forward, RejectsBadBatches) {
