@@ -925,15 +925,31 @@ TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
 // Shutdown ends every request, queued or running, with one kDone each.
 TEST(Scheduler, ShutdownEndsEveryRequest) {
     auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
     Tracker tr;
     auto engine = make_engine(model, options(2, 64, 4, 8));
     ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
     GenerationParams p = greedy(50);
     p.ignore_eos = true;
+    // The engine is held in its second step, so no request can finish its 50 tokens before
+    // shutdown (the fake is fast enough to finish them all otherwise: this test was flaky).
+    fake.hold_from(2);
     for (int i = 0; i < 5; ++i)
         ASSERT_TRUE(
             engine->submit(std::vector<int32_t>(10, 1 + i), p, tr.sink(tr.add())).has_value());
-    engine->shutdown();
+    ASSERT_TRUE(fake.wait_forwards(2));
+    std::atomic<bool> stopped{false};
+    std::thread stopper([&] {
+        engine->shutdown();
+        stopped = true;
+    });
+    // One more step at a time until shutdown returns: the engine sees the stop between steps.
+    for (int n = 3; !stopped; ++n) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        fake.hold_from(n);
+    }
+    stopper.join();
     EXPECT_FALSE(engine->submit({1, 2}, p, tr.sink(tr.add())).has_value());
     std::lock_guard<std::mutex> lk(tr.mu);
     EXPECT_EQ(tr.n_done, 5);
