@@ -178,15 +178,10 @@ void tile_kernel(const uint16_t* w, int64_t gstride, int64_t kc, const uint8_t* 
     int64_t i = 0;
     for (; i + 16 <= kc; i += 16) {
         FERROX_UNROLL
-        for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(xc[c] + i + 64), _MM_HINT_T0);
+        for (int c = 0; c < C; ++c) prefetch_lines<0, 64, _MM_HINT_T0>(reinterpret_cast<const char*>(xc[c] + i + 64));
         FERROX_UNROLL
-        for (int g = 0; g < G; ++g) {
-            const char* p = reinterpret_cast<const char*>(w + g * gstride + (i + 64) * 8);
-            _mm_prefetch(p, _MM_HINT_T0);
-            _mm_prefetch(p + 64, _MM_HINT_T0);
-            _mm_prefetch(p + 128, _MM_HINT_T0);
-            _mm_prefetch(p + 192, _MM_HINT_T0);
-        }
+        for (int g = 0; g < G; ++g)
+            prefetch_lines<0, 256, _MM_HINT_T0>(reinterpret_cast<const char*>(w + g * gstride + (i + 64) * 8));
         for (int64_t j = i; j < i + 16; ++j) step(j);
     }
     for (; i < kc; ++i) step(i);
