@@ -111,8 +111,9 @@ TEST(TinyModels, MatchLlamaCpp) {
     EXPECT_GE(n_checked, 15);
 }
 
-std::vector<float> run_alone(Model& m, const std::vector<int32_t>& prompt, int block_size, int chunk) {
-    KvPool kv(m.kv_geometry(block_size), 256 / block_size + 1);
+std::vector<float> run_alone(Model& m, const std::vector<int32_t>& prompt, int block_size, int chunk,
+                             KvType kv_type = KvType::kF16) {
+    KvPool kv(m.kv_geometry(block_size, kv_type), 256 / block_size + 1);
     SeqKv seq(&kv);
     EXPECT_TRUE(seq.reserve(static_cast<int>(prompt.size())).is_ok());
     std::vector<float> logits(m.n_vocab());
@@ -252,6 +253,19 @@ TEST(Forward, ThreadCountChangesNothing) {
     Loaded three = load_tiny(spec, 3);
     const std::vector<int32_t> p = {2, 4, 6, 8, 10, 300};
     EXPECT_EQ(run_alone(*one.model, p, 16, 64), run_alone(*three.model, p, 16, 64));
+
+    // From 16 tokens on, the per-token ops between the products are split by token and
+    // attention deals its (token, head) items out in turn; neither changes a bit, with
+    // either cache type.
+    Loaded two = load_tiny(spec, 2);
+    std::vector<int32_t> longer(45);
+    for (size_t i = 0; i < longer.size(); ++i) longer[i] = static_cast<int32_t>((i * 53 + 11) % 320);
+    for (KvType kv_type : {KvType::kF16, KvType::kQ8_0}) {
+        const std::vector<float> want = run_alone(*one.model, longer, 16, 64, kv_type);
+        EXPECT_EQ(run_alone(*two.model, longer, 16, 64, kv_type), want);
+        EXPECT_EQ(run_alone(*three.model, longer, 16, 64, kv_type), want);
+        EXPECT_EQ(run_alone(*two.model, longer, 16, 20, kv_type), want);  // 20, 20, then 5 tokens
+    }
 }
 
 // F16 prompts of 64 tokens a thread or more split tokens between threads instead of rows
