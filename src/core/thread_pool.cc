@@ -119,4 +119,34 @@ void ThreadPool::split(int64_t n, int i_thread, int n_threads, int64_t align, in
     *end = std::min(n, e * align);
 }
 
+StealingRanges::StealingRanges(int n_threads)
+    : n_threads_(std::max(1, n_threads)), ranges_(std::make_unique<Range[]>(n_threads_)) {}
+
+void StealingRanges::reset(int64_t n_units) {
+    for (int i = 0; i < n_threads_; ++i) {
+        int64_t b, e;
+        ThreadPool::split(n_units, i, n_threads_, 1, &b, &e);
+        ranges_[i].v.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
+    }
+}
+
+int64_t StealingRanges::next(int i_thread) {
+    // Relaxed is enough: the counters only decide who owns a unit; what a unit's work writes is
+    // published by the pool's barrier.
+    for (int d = 0; d < n_threads_; ++d) {
+        const bool own = d == 0;
+        std::atomic<uint64_t>& v = ranges_[(i_thread + d) % n_threads_].v;
+        uint64_t cur = v.load(std::memory_order_relaxed);
+        for (;;) {
+            const uint64_t b = cur & 0xffffffffu, e = cur >> 32;
+            if (b >= e) break;
+            const uint64_t want = own ? cur + 1 : (e - 1) << 32 | b;
+            if (v.compare_exchange_weak(cur, want, std::memory_order_relaxed)) {
+                return static_cast<int64_t>(own ? b : e - 1);
+            }
+        }
+    }
+    return -1;
+}
+
 }  // namespace ferrox

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,33 @@ private:
     std::atomic<int> n_sleeping_{0};      // workers in futex_wait on generation_
     std::atomic<int> caller_sleeping_{0};  // run()'s thread in futex_wait on n_pending_
     std::atomic<bool> stop_{false};
+};
+
+// Units [0, n) dealt out as contiguous shares, one per thread (ThreadPool::split), that the
+// other threads take from the back once their own share is done: each thread works through
+// long runs in order (good for memory streams), and a thread the machine slows down does not
+// hold the others at the barrier. Every unit is claimed by exactly one thread.
+//
+// Threading: reset() on one thread before the parallel region (ThreadPool::run publishes
+// it); next() from the region's threads, concurrently, each with its own i_thread.
+class StealingRanges {
+public:
+    explicit StealingRanges(int n_threads);
+
+    // Deals out [0, n_units), n_units < 2^32.
+    void reset(int64_t n_units);
+
+    // The next unit for thread i_thread: the front of its own share, then the back of the
+    // others' (i_thread + 1, i_thread + 2, ...); -1 once every unit is claimed.
+    int64_t next(int i_thread);
+
+private:
+    // The unclaimed units [next, end) of one share: next in the low 32 bits, end in the high.
+    struct alignas(64) Range {
+        std::atomic<uint64_t> v{0};
+    };
+    int n_threads_;
+    std::unique_ptr<Range[]> ranges_;
 };
 
 int hardware_threads();

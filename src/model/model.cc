@@ -44,6 +44,7 @@ struct Model::Scratch {
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
+    std::unique_ptr<StealingRanges> tiles;  // the 64-row tiles of a decode product (matmuls)
 };
 
 namespace {
@@ -156,6 +157,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     m->pool_ = std::make_unique<ThreadPool>(n_threads);
 
     auto s = std::make_unique<Scratch>();
+    s->tiles = std::make_unique<StealingRanges>(n_threads);
     const size_t T = static_cast<size_t>(std::max(1, opts.max_batch_tokens));
     const int64_t widest = std::max<int64_t>({hp.n_embd, hp.q_dim(), hp.n_ff});
     s->x.resize(T * hp.n_embd);
@@ -299,6 +301,35 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             quantize(t0, t1);
         });
     }
+    // Decode and small batches (one token chunk, every matrix packed): memory-bound, each
+    // matrix read once. The 64-row tiles of all the jobs, in order, are dealt out as contiguous
+    // shares (long streams for the prefetchers); a thread that is done takes tiles from the
+    // back of the others' shares, so a core the machine slowed down for a while does not hold
+    // the other at the barrier. Who computes a tile changes none of its bits.
+    constexpr int64_t kPackedTile = 64;
+    constexpr int kPackedTokChunk = 64;
+    bool steal = n_tok <= kPackedTokChunk && pool_->n_threads() > 1;
+    int64_t unit_begin[kMaxMatJobs + 1] = {0};
+    for (int j = 0; j < n_jobs; ++j) {
+        steal = steal && jobs[j].w->packed8;
+        unit_begin[j + 1] = unit_begin[j] + (jobs[j].w->ne[1] + kPackedTile - 1) / kPackedTile;
+    }
+    if (steal) {
+        s_->tiles->reset(unit_begin[n_jobs]);
+        pool_->run([&](int i_thread, int) {
+            for (int64_t u; (u = s_->tiles->next(i_thread)) >= 0;) {
+                int j = 0;
+                while (u >= unit_begin[j + 1]) ++j;
+                const TensorView& w = *jobs[j].w;
+                const Slot& sl = slots[slot_of[j]];
+                const int64_t r = (u - unit_begin[j]) * kPackedTile;
+                quant_kernels(w.type).gemm_packed8(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
+                                                   std::min(kPackedTile, w.ne[1] - r), sl.data, sl.row_bytes, n_tok,
+                                                   jobs[j].y + r, w.ne[1]);
+            }
+        });
+        return;
+    }
     pool_->run([&](int i_thread, int n_threads) {
         constexpr int64_t kTile = 16;
         for (int j = 0; j < n_jobs; ++j) {
@@ -320,7 +351,6 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                 // for every token, so it takes them all (pp512 on the 1B F16 model ~+12 %, so the
                 // weights are read once, not once per 64 tokens).
                 CHECK(kq.gemm_packed8 != nullptr);
-                constexpr int64_t kPackedTile = 64;
                 // F16 prompts (compute-bound, 2 bytes a weight) split tokens between threads
                 // rather than rows: each thread reads every weight (cheap against the arithmetic
                 // from 64 tokens a thread on) and half the activations, with no imbalance
@@ -334,7 +364,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                     r0 = 0;
                     r1 = n_out;
                 }
-                const int tok_chunk = w.type == DType::kF16 ? n_tok : 64;
+                const int tok_chunk = w.type == DType::kF16 ? n_tok : kPackedTokChunk;
                 for (int t0 = tok_begin; t0 < tok_end; t0 += tok_chunk) {
                     const int nt = std::min(tok_chunk, tok_end - t0);
                     for (int64_t r = r0; r < r1; r += kPackedTile) {

@@ -43,6 +43,47 @@ TEST(ThreadPool, SplitCoversRangeExactlyOnce) {
     }
 }
 
+TEST(StealingRanges, OwnShareInOrderThenTheOthersFromTheBack) {
+    StealingRanges r(3);
+    r.reset(10);  // shares [0, 4), [4, 7), [7, 10)
+    std::vector<int64_t> got;
+    for (int64_t u; (u = r.next(1)) >= 0;) got.push_back(u);
+    EXPECT_EQ(got, (std::vector<int64_t>{4, 5, 6, 9, 8, 7, 3, 2, 1, 0}));
+    EXPECT_EQ(r.next(0), -1);
+    EXPECT_EQ(r.next(2), -1);
+
+    r.reset(5);  // [0, 2), [2, 4), [4, 5)
+    EXPECT_EQ(r.next(0), 0);
+    EXPECT_EQ(r.next(2), 4);
+    EXPECT_EQ(r.next(2), 0 + 1);  // its share is done: the back of thread 0's
+    EXPECT_EQ(r.next(0), 3);      // then thread 0 takes from thread 1's back
+    EXPECT_EQ(r.next(1), 2);
+    EXPECT_EQ(r.next(1), -1);
+
+    r.reset(0);
+    EXPECT_EQ(r.next(0), -1);
+}
+
+TEST(StealingRanges, EveryUnitOnceUnderContention) {
+    constexpr int kThreads = 4;
+    ThreadPool pool(kThreads);
+    StealingRanges r(kThreads);
+    for (int64_t n : {1, 7, 1000, 200000}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        r.reset(n);
+        pool.run([&](int i, int) {
+            // Thread 0 is slow, so the others run out and take from its share.
+            for (int64_t u; (u = r.next(i)) >= 0;) {
+                if (i == 0) std::this_thread::yield();
+                seen[static_cast<size_t>(u)].fetch_add(1);
+            }
+        });
+        int64_t once = 0;
+        for (auto& s : seen) once += s.load() == 1;
+        EXPECT_EQ(once, n) << "n " << n;
+    }
+}
+
 TEST(ThreadPool, ParallelSumIsCorrect) {
     ThreadPool pool(2);
     std::vector<int64_t> v(100000);
