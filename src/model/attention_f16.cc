@@ -63,6 +63,10 @@ void to_f16_scalar(const float* x, uint16_t* y, int n) {
 
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
+void from_f16_scalar(const uint16_t* x, float* y, int n) {
+    for (int i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
 }  // namespace
 
 // attention_f16_avx2.cc
@@ -77,6 +81,8 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   to_f16_scalar,
                                   attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
                                   attn_accumulate_run<accumulate_scalar, round_f16>,
+                                  attn_accumulate_run_f32<round_f16>,
+                                  from_f16_scalar,
                                   attn_dots_prefill_group<dot_prefill_scalar>};
     return k;
 }

@@ -37,6 +37,12 @@ struct AttnF16Kernels {
     // For each row j: acc[((p0 + j) % n_rows) * n ..] += f16(p[j]) * row j.
     void (*accumulate_run)(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows,
                            float* acc, int n);
+    // accumulate_run with the rows already converted to floats (exact), so the query heads that
+    // share a KV head convert each cache row once: the same bits as accumulate_run on the F16 rows.
+    void (*accumulate_run_f32)(const float* p, const float* v, int stride, int count, int p0, int n_rows,
+                               float* acc, int n);
+    // y[i] = the F16 value x[i] as a float, for n values.
+    void (*from_f16)(const uint16_t* x, float* y, int n);
     // The prefill dots of n_q query heads that share one KV head (grouped-query attention):
     // out[g * out_stride + j] = dot_prefill(q + g * n, row j) * scale, bit for bit; each cache row
     // is converted once for all the heads.
@@ -71,6 +77,18 @@ void attn_accumulate_run(const float* p, const uint16_t* v, int stride, int coun
     int r = p0 % n_rows;
     for (int j = 0; j < count; ++j) {
         Accumulate(Round(p[j]), v + static_cast<size_t>(j) * stride, acc + static_cast<size_t>(r) * n, n);
+        if (++r == n_rows) r = 0;
+    }
+}
+template <float (*Round)(float)>
+void attn_accumulate_run_f32(const float* p, const float* v, int stride, int count, int p0, int n_rows, float* acc,
+                             int n) {
+    int r = p0 % n_rows;
+    for (int j = 0; j < count; ++j) {
+        const float pj = Round(p[j]);
+        const float* vj = v + static_cast<size_t>(j) * stride;
+        float* a = acc + static_cast<size_t>(r) * n;
+        for (int d = 0; d < n; ++d) a[d] = __builtin_fmaf(vj[d], pj, a[d]);
         if (++r == n_rows) r = 0;
     }
 }

@@ -108,23 +108,36 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
 // F16C rounds to nearest even, as fp32_to_fp16 does.
 inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 
+inline __m256 load8(const uint16_t* p) { return load_f16(p); }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
 // P·V over a run of positions in the prefill order (8 partial rows, row = position % 8):
 // per 8 dimensions the 8 partial rows stay in registers for the whole run instead of a load
 // and a store per position. Each partial row gets the same fused multiply-adds in the same
-// position order as accumulate_avx2, so the bits are unchanged.
-void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows,
-                         float* acc, int n) {
+// position order as accumulate_avx2, so the bits are unchanged. V: the cache's F16 rows, or
+// the same rows converted to floats.
+template <typename V>
+void accumulate_run_rows(const float* p, const V* v, int stride, int count, int p0, int n_rows, float* acc, int n) {
     if (n_rows != 8 || n % 8 != 0) {
-        attn_accumulate_run<accumulate_avx2, round_f16>(p, v, stride, count, p0, n_rows, acc, n);
+        if constexpr (sizeof(V) == 2) {
+            attn_accumulate_run<accumulate_avx2, round_f16>(p, v, stride, count, p0, n_rows, acc, n);
+        } else {
+            attn_accumulate_run_f32<round_f16>(p, v, stride, count, p0, n_rows, acc, n);
+        }
         return;
     }
     constexpr int kChunk = 64;
     float pr[kChunk];
     for (int c0 = 0; c0 < count; c0 += kChunk) {
         const int m = std::min(kChunk, count - c0);
-        for (int j = 0; j < m; ++j) pr[j] = round_f16(p[c0 + j]);
+        int j8 = 0;
+        for (; j8 + 8 <= m; j8 += 8) {
+            const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(p + c0 + j8), _MM_FROUND_TO_NEAREST_INT);
+            _mm256_storeu_ps(pr + j8, _mm256_cvtph_ps(h));
+        }
+        for (; j8 < m; ++j8) pr[j8] = round_f16(p[c0 + j8]);
         const int r0 = (p0 + c0) & 7;
-        const uint16_t* vb = v + static_cast<size_t>(c0) * stride;
+        const V* vb = v + static_cast<size_t>(c0) * stride;
         float* row[8];
         for (int k = 0; k < 8; ++k) row[k] = acc + static_cast<size_t>((r0 + k) & 7) * n;
         for (int d = 0; d < n; d += 8) {
@@ -132,9 +145,9 @@ void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int coun
             __m256 b2 = _mm256_loadu_ps(row[2] + d), b3 = _mm256_loadu_ps(row[3] + d);
             __m256 b4 = _mm256_loadu_ps(row[4] + d), b5 = _mm256_loadu_ps(row[5] + d);
             __m256 b6 = _mm256_loadu_ps(row[6] + d), b7 = _mm256_loadu_ps(row[7] + d);
-            const uint16_t* vd = vb + d;
+            const V* vd = vb + d;
             int j = 0;
-#define FERROX_PV(b, k) b = _mm256_fmadd_ps(load_f16(vd + static_cast<size_t>(j + k) * stride), _mm256_set1_ps(pr[j + k]), b)
+#define FERROX_PV(b, k) b = _mm256_fmadd_ps(load8(vd + static_cast<size_t>(j + k) * stride), _mm256_set1_ps(pr[j + k]), b)
             for (; j + 8 <= m; j += 8) {
                 FERROX_PV(b0, 0); FERROX_PV(b1, 1); FERROX_PV(b2, 2); FERROX_PV(b3, 3);
                 FERROX_PV(b4, 4); FERROX_PV(b5, 5); FERROX_PV(b6, 6); FERROX_PV(b7, 7);
@@ -154,6 +167,21 @@ void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int coun
             _mm256_storeu_ps(row[6] + d, b6); _mm256_storeu_ps(row[7] + d, b7);
         }
     }
+}
+
+void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows, float* acc,
+                         int n) {
+    accumulate_run_rows(p, v, stride, count, p0, n_rows, acc, n);
+}
+void accumulate_run_f32_avx2(const float* p, const float* v, int stride, int count, int p0, int n_rows, float* acc,
+                             int n) {
+    accumulate_run_rows(p, v, stride, count, p0, n_rows, acc, n);
+}
+
+void from_f16_avx2(const uint16_t* x, float* y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16(x + i));
+    for (; i < n; ++i) y[i] = f16_scalar(x[i]);
 }
 
 // Grouped-query prefill dots. For a head size of 64 the cache row stays in 8 registers while
@@ -195,6 +223,8 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   to_f16_avx2,
                                   attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
                                   accumulate_run_avx2,
+                                  accumulate_run_f32_avx2,
+                                  from_f16_avx2,
                                   dots_prefill_group_avx2};
     return &k;
 }

@@ -29,6 +29,10 @@ const ArchTraits* find_arch(const std::string& name) {
 
 // Buffers sized once at load for max_batch_tokens and max_ctx; forward() never allocates.
 struct Model::Scratch {
+    // Tokens [t0, t0 + nt) of one sequence against query heads [h0, h0 + nh), which share a KV head.
+    struct AttnItem {
+        int t0, nt, h0, nh;
+    };
     std::vector<float> x;      // (n_tok, n_embd) residual stream
     std::vector<float> xn;     // (n_tok, n_embd) normed input of a block
     std::vector<float> q;      // (n_tok, q_dim)
@@ -40,7 +44,9 @@ struct Model::Scratch {
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
     std::vector<float> scores; // (n_threads, group, max_ctx) attention scores per thread
-    std::vector<float> attn_acc;  // (n_threads, 32, head_dim) partial P·V rows per thread
+    std::vector<float> attn_acc;  // (n_threads, kAccRowsPerThread, head_dim) P·V scratch per thread
+    std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
+    std::vector<AttnItem> attn_items;  // Model::attention's work items
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
@@ -52,6 +58,13 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kDecodeRows = 32;  // partial P·V rows of the decode order (attention_f16.h)
 constexpr int kPrefillRows = 8;
+// A prompt's attention items (Model::attention): up to kAttnTokens tokens and kAttnQueries
+// (token, head) queries; per thread the queries' 8 partial P·V rows, then a chunk of kVChunk
+// cache rows converted to floats.
+constexpr int kAttnTokens = 4;
+constexpr int kAttnQueries = 32;
+constexpr int kVChunk = 64;
+constexpr int kAccRowsPerThread = std::max(kDecodeRows, kAttnQueries * kPrefillRows) + kVChunk;
 
 Status tensor_shape(const GgufFile& f, const TensorView* t, int64_t ne0, int64_t ne1) {
     const int64_t want_ne1 = ne1 < 0 ? 1 : ne1;
@@ -172,8 +185,10 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
     // activation format, plus each row's padding (act_row_stride) and alignment.
     s->act.resize(kMaxMatJobs * (T * (widest * 4 + 128) + 64));
-    s->scores.resize(static_cast<size_t>(n_threads) * (hp.n_head / hp.n_head_kv) * std::max(1, opts.max_ctx));
-    s->attn_acc.resize(static_cast<size_t>(n_threads) * kDecodeRows * hp.head_dim);
+    s->scores.resize(static_cast<size_t>(n_threads) * std::max(kAttnQueries, hp.n_head / hp.n_head_kv) *
+                     std::max(1, opts.max_ctx));
+    s->attn_q.resize(static_cast<size_t>(n_threads) * kAttnQueries * hp.head_dim);
+    s->attn_acc.resize(static_cast<size_t>(n_threads) * kAccRowsPerThread * hp.head_dim);
     s->pos.resize(T);
     s->seq.resize(T);
     s->rope_cos.resize(T * hp.n_rot / 2);
@@ -433,12 +448,22 @@ Status Model::check_kv_type(KvType type) const {
     return Status::ok();
 }
 
-// Causal attention of every batch token over its own sequence's cached positions. Threads
-// split the (token, head) pairs.
+// Causal attention of every batch token over its own sequence's cached positions.
+//
+// Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the sums run
+// in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
+// chunk of two or more the prefill order, as llama.cpp does.
+//
+// Work items: a decode token's query heads one by one; a prompt chunk's tokens kAttnTokens at a
+// time, with the query heads that share a KV head (at most 8 at once). Such an item reads each
+// cache row once for all its tokens and heads: the K row is converted once for every dot, and
+// the V rows a chunk at a time into floats that every (token, head) accumulates from. Each
+// (token, head) still gets its own dots, softmax and P·V in its own order, so the bits do not
+// depend on the items. Threads take the items in turn (a causal prompt's later tokens attend to
+// more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
 void Model::attention(const Batch& batch, KvPool& kv, int il) {
     if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
     const ModelHParams& hp = hp_;
-    const int n_tok = static_cast<int>(batch.tokens.size());
     const int hd = hp.head_dim;
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
@@ -446,64 +471,98 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
-
-    // Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the
-    // sums run in ggml's orders (attention_f16.h): a sequence advancing by one token uses the
-    // decode order, a chunk of two or more the prefill order, as llama.cpp does.
-    //
-    // Work items are (token, KV head) when the batch holds a prompt chunk: the prefill dots of
-    // the query heads that share a KV head read each cache row once. A batch of decode tokens
-    // only splits by query head, which balances threads better when there are few tokens.
-    bool any_prefill = false;
-    for (const BatchSeq& sq : batch.seqs) any_prefill |= sq.n_tokens >= 2;
-    const int per_item = any_prefill ? group : 1;
-    const int n_items_per_tok = hp.n_head / per_item;
     const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
-    pool_->run([&](int i_thread, int n_threads) {
-        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * group * opts_.max_ctx;
-        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kDecodeRows * hd;
-        float qh[kMaxHeadDim * 8];
-        // Items are dealt out in turn, not in contiguous ranges: a causal prompt's later tokens
-        // attend to more positions, and a contiguous split gave the last thread 3/4 of a
-        // 512-token prompt's attention at 2 threads.
-        const int64_t n_items = static_cast<int64_t>(n_tok) * n_items_per_tok;
-        for (int64_t w = i_thread; w < n_items; w += n_threads) {
-            const int t = static_cast<int>(w / n_items_per_tok);
-            const int h0 = static_cast<int>(w % n_items_per_tok) * per_item;
-            const int kvh = h0 / group;
-            const BatchSeq& sq = batch.seqs[s.seq[t]];
-            const bool prefill = sq.n_tokens >= 2;
-            const int n_rows = prefill ? kPrefillRows : kDecodeRows;
-            const int n_kv = s.pos[t] + 1;  // causal: positions [0, pos]
-            const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h0 * hd;
-            // The heads of this item whose dots run together (a prompt token's group, at most 8
-            // at a time for qh), else one by one.
-            const int together = prefill ? std::min(per_item, 8) : 1;
-            for (int g0 = 0; g0 < per_item; g0 += together) {
-                const int ng = std::min(together, per_item - g0);
-                for (int i = 0; i < ng * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[g0 * hd + i]));
-                // Block by block: the positions of one block are consecutive rows.
-                for (int p = 0; p < n_kv; p += bs) {
-                    const auto* krow =
-                        reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    const int count = std::min(bs, n_kv - p);
-                    if (prefill) {
-                        fk.dots_prefill_group(qh, ng, krow, stride, count, hd, scale, scores + p, opts_.max_ctx);
-                    } else {
-                        fk.dots(false, qh, krow, stride, count, hd, scale, scores + p);
+    const int heads_at_once = std::min(group, kAttnQueries / kAttnTokens);
+
+    std::vector<Scratch::AttnItem>& items = s.attn_items;
+    items.clear();
+    for (const BatchSeq& sq : batch.seqs) {
+        if (sq.n_tokens >= 2) {
+            for (int t = sq.i_begin; t < sq.i_begin + sq.n_tokens; t += kAttnTokens) {
+                const int nt = std::min(kAttnTokens, sq.i_begin + sq.n_tokens - t);
+                for (int h = 0; h < hp.n_head; h += group) {
+                    for (int g0 = 0; g0 < group; g0 += heads_at_once) {
+                        items.push_back({t, nt, h + g0, std::min(heads_at_once, group - g0)});
                     }
                 }
-                for (int g = 0; g < ng; ++g) {
-                    float* sc = scores + static_cast<size_t>(g) * opts_.max_ctx;
-                    softmax_inplace(sc, n_kv);
-                    std::fill(acc, acc + static_cast<size_t>(n_rows) * hd, 0.0f);
-                    for (int p = 0; p < n_kv; p += bs) {
-                        const auto* vrow =
-                            reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                        fk.accumulate_run(sc + p, vrow, stride, std::min(bs, n_kv - p), p, n_rows, acc, hd);
+            }
+        } else {
+            for (int h = 0; h < hp.n_head; ++h) items.push_back({sq.i_begin, 1, h, 1});
+        }
+    }
+
+    pool_->run([&](int i_thread, int n_threads) {
+        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * opts_.max_ctx;
+        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
+        float* qh = s.attn_q.data() + static_cast<size_t>(i_thread) * kAttnQueries * hd;
+        for (size_t w = i_thread; w < items.size(); w += n_threads) {
+            const Scratch::AttnItem& it = items[w];
+            const int kvh = it.h0 / group;
+            const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
+            const int last_kv = s.pos[it.t0 + it.nt - 1] + 1;  // causal: positions [0, pos]
+            if (sq.n_tokens < 2) {
+                // Decode: one token, one head.
+                const int t = it.t0;
+                const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd;
+                for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+                for (int p = 0; p < last_kv; p += bs) {
+                    const auto* krow =
+                        reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                    fk.dots(false, qh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p);
+                }
+                softmax_inplace(scores, last_kv);
+                std::fill(acc, acc + static_cast<size_t>(kDecodeRows) * hd, 0.0f);
+                for (int p = 0; p < last_kv; p += bs) {
+                    const auto* vrow =
+                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                    fk.accumulate_run(scores + p, vrow, stride, std::min(bs, last_kv - p), p, kDecodeRows, acc, hd);
+                }
+                fk.reduce_decode(acc, s.att.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd, hd);
+                continue;
+            }
+            // Prompt: query (token i, head g) is number i * nh + g, its scores at
+            // scores + (i * nh + g) * max_ctx and its 8 partial P·V rows at acc + (i * nh + g) * 8 * hd.
+            const int nh = it.nh, nq = it.nt * nh;
+            for (int i = 0; i < it.nt; ++i) {
+                const float* q = s.q.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + it.h0 * hd;
+                for (int e = 0; e < nh * hd; ++e) qh[i * nh * hd + e] = fp16_to_fp32(fp32_to_fp16(q[e]));
+            }
+            // The dots up to the last token's position; the earlier tokens ignore the few past theirs.
+            for (int p = 0; p < last_kv; p += bs) {
+                const auto* krow = reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                fk.dots_prefill_group(qh, nq, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
+                                      opts_.max_ctx);
+            }
+            for (int i = 0; i < it.nt; ++i) {
+                for (int g = 0; g < nh; ++g) {
+                    softmax_inplace(scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx, s.pos[it.t0 + i] + 1);
+                }
+            }
+            std::fill(acc, acc + static_cast<size_t>(nq) * kPrefillRows * hd, 0.0f);
+            float* vf = acc + static_cast<size_t>(kAttnQueries) * kPrefillRows * hd;
+            for (int p0 = 0; p0 < last_kv; p0 += kVChunk) {
+                const int m = std::min(kVChunk, last_kv - p0);
+                for (int j = 0; j < m; ++j) {
+                    const int p = p0 + j;
+                    const auto* vrow =
+                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
+                        kvh * hd;
+                    fk.from_f16(vrow, vf + static_cast<size_t>(j) * hd, hd);
+                }
+                for (int i = 0; i < it.nt; ++i) {
+                    const int mi = std::min(m, s.pos[it.t0 + i] + 1 - p0);
+                    if (mi <= 0) continue;
+                    for (int g = 0; g < nh; ++g) {
+                        const int k = i * nh + g;
+                        fk.accumulate_run_f32(scores + static_cast<size_t>(k) * opts_.max_ctx + p0, vf, hd, mi, p0,
+                                              kPrefillRows, acc + static_cast<size_t>(k) * kPrefillRows * hd, hd);
                     }
-                    float* out = s.att.data() + static_cast<size_t>(t) * hp.q_dim() + (h0 + g0 + g) * hd;
-                    (prefill ? fk.reduce_prefill : fk.reduce_decode)(acc, out, hd);
+                }
+            }
+            for (int i = 0; i < it.nt; ++i) {
+                for (int g = 0; g < nh; ++g) {
+                    fk.reduce_prefill(acc + static_cast<size_t>(i * nh + g) * kPrefillRows * hd,
+                                      s.att.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + (it.h0 + g) * hd, hd);
                 }
             }
         }
@@ -523,7 +582,7 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     Scratch& s = *s_;
     pool_->run([&](int i_thread, int n_threads) {
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
-        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kDecodeRows * hd;
+        float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
         float* vbuf = acc + hd;
         uint8_t qq[kMaxHeadDim / 32 * 34];
         const int64_t n_items = static_cast<int64_t>(n_tok) * hp.n_head;
