@@ -1,5 +1,6 @@
 #include "model/attention_f16.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/fp16.h"
@@ -63,8 +64,18 @@ void to_f16_scalar(const float* x, uint16_t* y, int n) {
 
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
-void from_f16_scalar(const uint16_t* x, float* y, int n) {
-    for (int i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+void transpose_rows_scalar(const uint16_t* const* rows, int count, int n, float* vt, int ld) {
+    const int padded = std::min(ld, (count + 7) / 8 * 8);
+    for (int d = 0; d < n; ++d) {
+        for (int j = 0; j < padded; ++j) vt[static_cast<size_t>(d) * ld + j] = j < count ? fp16_to_fp32(rows[j][d]) : 0.0f;
+    }
+}
+
+void reduce_prefill_t_scalar(const float* acc_t, float* out, int n) {
+    for (int d = 0; d < n; ++d) {
+        const float* a = acc_t + d * 8;
+        out[d] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    }
 }
 
 }  // namespace
@@ -81,8 +92,9 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   to_f16_scalar,
                                   attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
                                   attn_accumulate_run<accumulate_scalar, round_f16>,
-                                  attn_accumulate_run_f32<round_f16>,
-                                  from_f16_scalar,
+                                  attn_accumulate_t<round_f16>,
+                                  transpose_rows_scalar,
+                                  reduce_prefill_t_scalar,
                                   attn_dots_prefill_group<dot_prefill_scalar>};
     return k;
 }

@@ -37,12 +37,18 @@ struct AttnF16Kernels {
     // For each row j: acc[((p0 + j) % n_rows) * n ..] += f16(p[j]) * row j.
     void (*accumulate_run)(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows,
                            float* acc, int n);
-    // accumulate_run with the rows already converted to floats (exact), so the query heads that
-    // share a KV head convert each cache row once: the same bits as accumulate_run on the F16 rows.
-    void (*accumulate_run_f32)(const float* p, const float* v, int stride, int count, int p0, int n_rows,
-                               float* acc, int n);
-    // y[i] = the F16 value x[i] as a float, for n values.
-    void (*from_f16)(const uint16_t* x, float* y, int n);
+    // Prefill-order P·V over a chunk of positions whose rows were transposed into floats:
+    // vt[d * ld + j] is row j's element d (j < count <= ld), and acc_t[d * 8 + r] is partial row
+    // r's dimension d. The chunk starts at a position that is a multiple of 8, so position j of it
+    // goes to partial row j % 8; each (row, dimension) gets accumulate_run's fused multiply-adds in
+    // its order, so the sums are the same bits. One weight vector then serves 8 dimensions, and no
+    // weight is broadcast per multiply-add.
+    void (*accumulate_t)(const float* p, const float* vt, int ld, int count, float* acc_t, int n);
+    // vt[d * ld + j] = rows[j][d] as a float, for j < count <= ld and d < n; columns count.. up to
+    // the next multiple of 8 are zero.
+    void (*transpose_rows)(const uint16_t* const* rows, int count, int n, float* vt, int ld);
+    // out[d] = reduce_prefill's sum of the 8 partial rows, from acc_t's layout.
+    void (*reduce_prefill_t)(const float* acc_t, float* out, int n);
     // The prefill dots of n_q query heads that share one KV head (grouped-query attention):
     // out[g * out_stride + j] = dot_prefill(q + g * n, row j) * scale, bit for bit; each cache row
     // is converted once for all the heads.
@@ -81,15 +87,13 @@ void attn_accumulate_run(const float* p, const uint16_t* v, int stride, int coun
     }
 }
 template <float (*Round)(float)>
-void attn_accumulate_run_f32(const float* p, const float* v, int stride, int count, int p0, int n_rows, float* acc,
-                             int n) {
-    int r = p0 % n_rows;
+void attn_accumulate_t(const float* p, const float* vt, int ld, int count, float* acc_t, int n) {
     for (int j = 0; j < count; ++j) {
         const float pj = Round(p[j]);
-        const float* vj = v + static_cast<size_t>(j) * stride;
-        float* a = acc + static_cast<size_t>(r) * n;
-        for (int d = 0; d < n; ++d) a[d] = __builtin_fmaf(vj[d], pj, a[d]);
-        if (++r == n_rows) r = 0;
+        for (int d = 0; d < n; ++d) {
+            float& a = acc_t[d * 8 + j % 8];
+            a = __builtin_fmaf(vt[static_cast<size_t>(d) * ld + j], pj, a);
+        }
     }
 }
 const AttnF16Kernels& attn_f16_kernels_scalar();

@@ -108,22 +108,14 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
 // F16C rounds to nearest even, as fp32_to_fp16 does.
 inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-inline __m256 load8(const uint16_t* p) { return load_f16(p); }
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-
 // P·V over a run of positions in the prefill order (8 partial rows, row = position % 8):
 // per 8 dimensions the 8 partial rows stay in registers for the whole run instead of a load
 // and a store per position. Each partial row gets the same fused multiply-adds in the same
-// position order as accumulate_avx2, so the bits are unchanged. V: the cache's F16 rows, or
-// the same rows converted to floats.
-template <typename V>
-void accumulate_run_rows(const float* p, const V* v, int stride, int count, int p0, int n_rows, float* acc, int n) {
+// position order as accumulate_avx2, so the bits are unchanged.
+void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows, float* acc,
+                         int n) {
     if (n_rows != 8 || n % 8 != 0) {
-        if constexpr (sizeof(V) == 2) {
-            attn_accumulate_run<accumulate_avx2, round_f16>(p, v, stride, count, p0, n_rows, acc, n);
-        } else {
-            attn_accumulate_run_f32<round_f16>(p, v, stride, count, p0, n_rows, acc, n);
-        }
+        attn_accumulate_run<accumulate_avx2, round_f16>(p, v, stride, count, p0, n_rows, acc, n);
         return;
     }
     constexpr int kChunk = 64;
@@ -137,7 +129,7 @@ void accumulate_run_rows(const float* p, const V* v, int stride, int count, int 
         }
         for (; j8 < m; ++j8) pr[j8] = round_f16(p[c0 + j8]);
         const int r0 = (p0 + c0) & 7;
-        const V* vb = v + static_cast<size_t>(c0) * stride;
+        const uint16_t* vb = v + static_cast<size_t>(c0) * stride;
         float* row[8];
         for (int k = 0; k < 8; ++k) row[k] = acc + static_cast<size_t>((r0 + k) & 7) * n;
         for (int d = 0; d < n; d += 8) {
@@ -145,9 +137,9 @@ void accumulate_run_rows(const float* p, const V* v, int stride, int count, int 
             __m256 b2 = _mm256_loadu_ps(row[2] + d), b3 = _mm256_loadu_ps(row[3] + d);
             __m256 b4 = _mm256_loadu_ps(row[4] + d), b5 = _mm256_loadu_ps(row[5] + d);
             __m256 b6 = _mm256_loadu_ps(row[6] + d), b7 = _mm256_loadu_ps(row[7] + d);
-            const V* vd = vb + d;
+            const uint16_t* vd = vb + d;
             int j = 0;
-#define FERROX_PV(b, k) b = _mm256_fmadd_ps(load8(vd + static_cast<size_t>(j + k) * stride), _mm256_set1_ps(pr[j + k]), b)
+#define FERROX_PV(b, k) b = _mm256_fmadd_ps(load_f16(vd + static_cast<size_t>(j + k) * stride), _mm256_set1_ps(pr[j + k]), b)
             for (; j + 8 <= m; j += 8) {
                 FERROX_PV(b0, 0); FERROX_PV(b1, 1); FERROX_PV(b2, 2); FERROX_PV(b3, 3);
                 FERROX_PV(b4, 4); FERROX_PV(b5, 5); FERROX_PV(b6, 6); FERROX_PV(b7, 7);
@@ -169,19 +161,97 @@ void accumulate_run_rows(const float* p, const V* v, int stride, int count, int 
     }
 }
 
-void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows, float* acc,
-                         int n) {
-    accumulate_run_rows(p, v, stride, count, p0, n_rows, acc, n);
-}
-void accumulate_run_f32_avx2(const float* p, const float* v, int stride, int count, int p0, int n_rows, float* acc,
-                             int n) {
-    accumulate_run_rows(p, v, stride, count, p0, n_rows, acc, n);
+// See AttnF16Kernels::accumulate_t. Per 8 dimensions, their 8 partial-row vectors (one lane per
+// partial row) stay in registers over the chunk; per 8 positions, one vector of their weights
+// (rounded to F16) and a multiply-add per dimension. The last partial group updates only its
+// lanes (a blend keeps the others, whatever the transposed columns past `count` hold).
+void accumulate_t_avx2(const float* p, const float* vt, int ld, int count, float* acc_t, int n) {
+    constexpr int kMaxChunk = 256;
+    if (n % 8 != 0 || count > kMaxChunk) {
+        attn_accumulate_t<round_f16>(p, vt, ld, count, acc_t, n);
+        return;
+    }
+    alignas(32) float pr[kMaxChunk + 8];
+    int j = 0;
+    for (; j + 8 <= count; j += 8) {
+        _mm256_store_ps(pr + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(p + j), _MM_FROUND_TO_NEAREST_INT)));
+    }
+    const int full = j, rem = count - full;
+    for (; j < full + 8; ++j) pr[j] = j < count ? round_f16(p[j]) : 0.0f;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 keep_new = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane));
+    for (int d = 0; d < n; d += 8) {
+        float* a = acc_t + d * 8;
+        const float* v = vt + static_cast<size_t>(d) * ld;
+        __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8), a2 = _mm256_loadu_ps(a + 16);
+        __m256 a3 = _mm256_loadu_ps(a + 24), a4 = _mm256_loadu_ps(a + 32), a5 = _mm256_loadu_ps(a + 40);
+        __m256 a6 = _mm256_loadu_ps(a + 48), a7 = _mm256_loadu_ps(a + 56);
+#define FERROX_PVT(acc, i) acc = _mm256_fmadd_ps(_mm256_loadu_ps(v + (i) * static_cast<size_t>(ld) + k), pv, acc)
+        for (int k = 0; k < full; k += 8) {
+            const __m256 pv = _mm256_load_ps(pr + k);
+            FERROX_PVT(a0, 0); FERROX_PVT(a1, 1); FERROX_PVT(a2, 2); FERROX_PVT(a3, 3);
+            FERROX_PVT(a4, 4); FERROX_PVT(a5, 5); FERROX_PVT(a6, 6); FERROX_PVT(a7, 7);
+        }
+#undef FERROX_PVT
+        if (rem > 0) {
+            const int k = full;
+            const __m256 pv = _mm256_load_ps(pr + k);
+#define FERROX_PVT(acc, i) \
+    acc = _mm256_blendv_ps(acc, _mm256_fmadd_ps(_mm256_loadu_ps(v + (i) * static_cast<size_t>(ld) + k), pv, acc), keep_new)
+            FERROX_PVT(a0, 0); FERROX_PVT(a1, 1); FERROX_PVT(a2, 2); FERROX_PVT(a3, 3);
+            FERROX_PVT(a4, 4); FERROX_PVT(a5, 5); FERROX_PVT(a6, 6); FERROX_PVT(a7, 7);
+#undef FERROX_PVT
+        }
+        _mm256_storeu_ps(a, a0); _mm256_storeu_ps(a + 8, a1); _mm256_storeu_ps(a + 16, a2);
+        _mm256_storeu_ps(a + 24, a3); _mm256_storeu_ps(a + 32, a4); _mm256_storeu_ps(a + 40, a5);
+        _mm256_storeu_ps(a + 48, a6); _mm256_storeu_ps(a + 56, a7);
+    }
 }
 
-void from_f16_avx2(const uint16_t* x, float* y, int n) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16(x + i));
-    for (; i < n; ++i) y[i] = f16_scalar(x[i]);
+// 8x8 blocks: 8 rows' 8 elements converted, transposed in registers, stored as 8 columns.
+void transpose_rows_avx2(const uint16_t* const* rows, int count, int n, float* vt, int ld) {
+    if (n % 8 != 0 || (count + 7) / 8 * 8 > ld) {
+        for (int d = 0; d < n; ++d) {
+            for (int j = 0; j < std::min(ld, (count + 7) / 8 * 8); ++j) {
+                vt[static_cast<size_t>(d) * ld + j] = j < count ? f16_scalar(rows[j][d]) : 0.0f;
+            }
+        }
+        return;
+    }
+    for (int j = 0; j < count; j += 8) {
+        for (int d = 0; d < n; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) r[i] = j + i < count ? load_f16(rows[j + i] + d) : _mm256_setzero_ps();
+            const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float* o = vt + static_cast<size_t>(d) * ld + j;
+            _mm256_storeu_ps(o + 0 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(o + 1 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(o + 2 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(o + 3 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(o + 4 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(o + 5 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(o + 6 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(o + 7 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+    }
+}
+
+// Per dimension, the 8 partial rows are one vector: the prefill pairing (l0 + l4, l1 + l5, ...),
+// then (t0 + t2) + (t1 + t3), as hsum_tiny does.
+void reduce_prefill_t_avx2(const float* acc_t, float* out, int n) {
+    for (int d = 0; d < n; ++d) {
+        const __m256 x = _mm256_loadu_ps(acc_t + d * 8);
+        const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));  // t0 t1 t2 t3
+        const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                                 // t0+t2, t1+t3
+        out[d] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+    }
 }
 
 // Grouped-query prefill dots. For a head size of 64 the cache row stays in 8 registers while
@@ -223,8 +293,9 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   to_f16_avx2,
                                   attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
                                   accumulate_run_avx2,
-                                  accumulate_run_f32_avx2,
-                                  from_f16_avx2,
+                                  accumulate_t_avx2,
+                                  transpose_rows_avx2,
+                                  reduce_prefill_t_avx2,
                                   dots_prefill_group_avx2};
     return &k;
 }

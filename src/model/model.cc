@@ -58,10 +58,10 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kDecodeRows = 32;  // partial P·V rows of the decode order (attention_f16.h)
 constexpr int kPrefillRows = 8;
-// A prompt's attention items (Model::attention): up to kAttnTokens tokens and kAttnQueries
-// (token, head) queries; per thread the queries' 8 partial P·V rows, then a chunk of kVChunk
-// cache rows converted to floats.
-constexpr int kAttnTokens = 4;
+// A prompt's attention items (Model::attention): up to kAttnQueries (token, head) queries, of
+// at most kAttnHeads heads; per thread the queries' 8 partial P·V rows, then a chunk of kVChunk
+// cache rows transposed into floats.
+constexpr int kAttnHeads = 8;
 constexpr int kAttnQueries = 32;
 constexpr int kVChunk = 64;
 constexpr int kAccRowsPerThread = std::max(kDecodeRows, kAttnQueries * kPrefillRows) + kVChunk;
@@ -454,8 +454,8 @@ Status Model::check_kv_type(KvType type) const {
 // in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
 // chunk of two or more the prefill order, as llama.cpp does.
 //
-// Work items: a decode token's query heads one by one; a prompt chunk's tokens kAttnTokens at a
-// time, with the query heads that share a KV head (at most 8 at once). Such an item reads each
+// Work items: a decode token's query heads one by one; a prompt chunk's query heads that share a
+// KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries queries. Such an item reads each
 // cache row once for all its tokens and heads: the K row is converted once for every dot, and
 // the V rows a chunk at a time into floats that every (token, head) accumulates from. Each
 // (token, head) still gets its own dots, softmax and P·V in its own order, so the bits do not
@@ -472,14 +472,15 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
     const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
-    const int heads_at_once = std::min(group, kAttnQueries / kAttnTokens);
+    const int heads_at_once = std::min(group, kAttnHeads);
+    const int tokens_at_once = kAttnQueries / heads_at_once;
 
     std::vector<Scratch::AttnItem>& items = s.attn_items;
     items.clear();
     for (const BatchSeq& sq : batch.seqs) {
         if (sq.n_tokens >= 2) {
-            for (int t = sq.i_begin; t < sq.i_begin + sq.n_tokens; t += kAttnTokens) {
-                const int nt = std::min(kAttnTokens, sq.i_begin + sq.n_tokens - t);
+            for (int t = sq.i_begin; t < sq.i_begin + sq.n_tokens; t += tokens_at_once) {
+                const int nt = std::min(tokens_at_once, sq.i_begin + sq.n_tokens - t);
                 for (int h = 0; h < hp.n_head; h += group) {
                     for (int g0 = 0; g0 < group; g0 += heads_at_once) {
                         items.push_back({t, nt, h + g0, std::min(heads_at_once, group - g0)});
@@ -538,31 +539,34 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     softmax_inplace(scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx, s.pos[it.t0 + i] + 1);
                 }
             }
+            // P·V a chunk of kVChunk positions at a time (a multiple of 8, so position p goes to
+            // partial row p % 8 in every chunk): the chunk's V rows are transposed into floats
+            // once, then every query accumulates its 8 partial rows from them.
             std::fill(acc, acc + static_cast<size_t>(nq) * kPrefillRows * hd, 0.0f);
-            float* vf = acc + static_cast<size_t>(kAttnQueries) * kPrefillRows * hd;
+            float* vt = acc + static_cast<size_t>(kAttnQueries) * kPrefillRows * hd;
+            const uint16_t* rows[kVChunk];
             for (int p0 = 0; p0 < last_kv; p0 += kVChunk) {
                 const int m = std::min(kVChunk, last_kv - p0);
                 for (int j = 0; j < m; ++j) {
                     const int p = p0 + j;
-                    const auto* vrow =
-                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
-                        kvh * hd;
-                    fk.from_f16(vrow, vf + static_cast<size_t>(j) * hd, hd);
+                    rows[j] = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
+                              kvh * hd;
                 }
+                fk.transpose_rows(rows, m, hd, vt, kVChunk);
                 for (int i = 0; i < it.nt; ++i) {
                     const int mi = std::min(m, s.pos[it.t0 + i] + 1 - p0);
                     if (mi <= 0) continue;
                     for (int g = 0; g < nh; ++g) {
                         const int k = i * nh + g;
-                        fk.accumulate_run_f32(scores + static_cast<size_t>(k) * opts_.max_ctx + p0, vf, hd, mi, p0,
-                                              kPrefillRows, acc + static_cast<size_t>(k) * kPrefillRows * hd, hd);
+                        fk.accumulate_t(scores + static_cast<size_t>(k) * opts_.max_ctx + p0, vt, kVChunk, mi,
+                                        acc + static_cast<size_t>(k) * kPrefillRows * hd, hd);
                     }
                 }
             }
             for (int i = 0; i < it.nt; ++i) {
                 for (int g = 0; g < nh; ++g) {
-                    fk.reduce_prefill(acc + static_cast<size_t>(i * nh + g) * kPrefillRows * hd,
-                                      s.att.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + (it.h0 + g) * hd, hd);
+                    fk.reduce_prefill_t(acc + static_cast<size_t>(i * nh + g) * kPrefillRows * hd,
+                                        s.att.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + (it.h0 + g) * hd, hd);
                 }
             }
         }

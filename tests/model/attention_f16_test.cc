@@ -3,6 +3,7 @@
 // scalar one, for the head size with a register path (64) and others.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -47,40 +48,6 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name) {
 TEST(AttentionF16, GroupedPrefillDotsAreTheOneQueryDots) {
     check_group_dots(attn_f16_kernels_scalar(), "scalar");
     check_group_dots(attn_f16_kernels(), "selected");
-}
-
-// P·V from rows converted to floats (a prompt item converts each cache row once for all its
-// queries) gives the bits of P·V from the F16 rows: same partial rows, same order, either table.
-void check_accumulate_f32(const AttnF16Kernels& fk, const char* name) {
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-    for (int n : {64, 40, 128}) {
-        for (int n_rows : {8, 32}) {
-            for (int count : {1, 7, 64, 150}) {
-                const int p0 = 13, stride = n * 3 + 8;
-                std::vector<uint16_t> v(static_cast<size_t>(count) * stride);
-                for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
-                std::vector<float> vf(static_cast<size_t>(count) * n);
-                for (int j = 0; j < count; ++j) fk.from_f16(v.data() + static_cast<size_t>(j) * stride, vf.data() + j * n, n);
-                for (int j = 0; j < count; ++j)
-                    for (int d = 0; d < n; ++d) ASSERT_EQ(vf[j * n + d], fp16_to_fp32(v[static_cast<size_t>(j) * stride + d]));
-                std::vector<float> p(count);
-                for (float& x : p) x = ud(rng);
-                std::vector<float> want(static_cast<size_t>(n_rows) * n), got(want.size());
-                for (size_t i = 0; i < want.size(); ++i) want[i] = got[i] = nd(rng);
-                fk.accumulate_run(p.data(), v.data(), stride, count, p0, n_rows, want.data(), n);
-                fk.accumulate_run_f32(p.data(), vf.data(), n, count, p0, n_rows, got.data(), n);
-                ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-                    << name << " n " << n << " rows " << n_rows << " count " << count;
-            }
-        }
-    }
-}
-
-TEST(AttentionF16, AccumulateFromFloatRowsIsAccumulateFromF16Rows) {
-    check_accumulate_f32(attn_f16_kernels_scalar(), "scalar");
-    check_accumulate_f32(attn_f16_kernels(), "selected");
 }
 
 // The AVX2 and scalar tables follow the same orders, so they agree bit for bit.
