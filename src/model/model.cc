@@ -43,7 +43,7 @@ struct Model::Scratch {
     std::vector<float> up;     // (n_tok, n_ff)
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
-    std::vector<float> scores; // (n_threads, group, max_ctx) attention scores per thread
+    std::vector<float> scores; // (n_threads, max(kAttnQueries, group), max_ctx) attention scores
     std::vector<float> attn_acc;  // (n_threads, kAccRowsPerThread, head_dim) P·V scratch per thread
     std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
     std::vector<AttnItem> attn_items;  // Model::attention's work items
@@ -189,6 +189,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
                      std::max(1, opts.max_ctx));
     s->attn_q.resize(static_cast<size_t>(n_threads) * kAttnQueries * hp.head_dim);
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kAccRowsPerThread * hp.head_dim);
+    s->attn_items.reserve(T * hp.n_head);  // a decode token's heads; a prompt has fewer items
     s->pos.resize(T);
     s->seq.resize(T);
     s->rope_cos.resize(T * hp.n_rot / 2);
