@@ -169,7 +169,7 @@ int cmd_run(int argc, char** argv) {
 
     auto t_load = std::chrono::steady_clock::now();
     std::unique_ptr<GgufFile> gguf;
-    auto tok = load_tokenizer(*model_path, &gguf, args->has("--mmap") ? MmapFile::Mode::kMap : MmapFile::Mode::kCopy);
+    auto tok = load_tokenizer(*model_path, &gguf);  // mapped: Model::load copies the weights (unless --mmap)
     if (!tok.has_value()) return fail(tok.status());
     if (!gguf) return fail(invalid_argument(*model_path + ": not a GGUF model"));
 

@@ -164,7 +164,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
         }
     }
 
-    if (opts.repack) m->repack_weights(f);
+    m->place_weights(f, opts.repack, !opts.mmap);
 
     const int n_threads = opts.n_threads > 0 ? opts.n_threads : hardware_threads();
     m->pool_ = std::make_unique<ThreadPool>(n_threads);
@@ -198,43 +198,58 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     return m;
 }
 
-// Matrices of a type with a packed layout (QuantKernels::repack8: 8 rows interleaved, one
-// product for decode, batches and prompts with a fixed per-output order) are repacked once
-// here into one huge-page arena this model owns, and their original pages are given back; the
-// embedding table (read by row, and the output matrix when tied) is left alone.
-void Model::repack_weights(const GgufFile& f) {
-    std::vector<const TensorView**> todo;
+// Where the weights live after load. Matrices of a type with a packed layout
+// (QuantKernels::repack8: 8 rows interleaved, one product for decode, batches and prompts with a
+// fixed per-output order) are repacked into one huge-page arena this model owns. Unless the
+// weights stay mapped (ModelOptions::mmap), the other matrices and the embedding table are
+// copied into it too. Each tensor's file pages are given back once it is placed: the file is
+// mapped, not read into a buffer first, so each weight byte is read once and written once
+// (reading the whole file into huge pages and repacking from there took twice the page zeroing
+// and copying).
+void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
+    struct Move {
+        const TensorView** w;
+        bool pack;
+    };
+    std::vector<Move> todo;
     auto consider = [&](const TensorView** w) {
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
-        if (k.repack8 && k.gemm_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 &&
-            t.n_rows() == t.ne[1]) {
-            todo.push_back(w);
-        }
+        const bool pack = repack && k.repack8 && k.gemm_packed8 && t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 &&
+                          t.ne[0] <= 32768 && t.n_rows() == t.ne[1];
+        if (pack || copy) todo.push_back({w, pack});
     };
     for (LayerWeights& L : layers_) {
         for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(w);
     }
-    if (output_ != tok_embd_) consider(&output_);
+    const bool tied = output_ == tok_embd_;
+    if (!tied) consider(&output_);
+    if (copy) todo.push_back({&tok_embd_, false});  // read by row: never packed
     if (todo.empty()) return;
     size_t total = 0;
-    for (const TensorView** w : todo) total += (static_cast<size_t>((*w)->n_bytes()) + 63) / 64 * 64;
+    for (const Move& m : todo) total += (static_cast<size_t>((*m.w)->n_bytes()) + 63) / 64 * 64;
     constexpr size_t kHuge = size_t{2} << 20;
     const size_t arena_bytes = (total + kHuge - 1) / kHuge * kHuge;
     packed_arena_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, arena_bytes)));
     CHECK(packed_arena_ != nullptr);
     madvise(packed_arena_.get(), arena_bytes, MADV_HUGEPAGE);
     uint8_t* at = packed_arena_.get();
-    for (const TensorView** w : todo) {
-        auto view = std::make_unique<TensorView>(**w);
-        quant_kernels(view->type).repack8((*w)->data, view->ne[0], view->ne[1], at);
-        f.discard((*w)->data, static_cast<size_t>((*w)->n_bytes()));  // only the packed copy is read now
+    for (const Move& m : todo) {
+        auto view = std::make_unique<TensorView>(**m.w);
+        const size_t n_bytes = static_cast<size_t>(view->n_bytes());
+        if (m.pack) {
+            quant_kernels(view->type).repack8((*m.w)->data, view->ne[0], view->ne[1], at);
+        } else {
+            std::memcpy(at, (*m.w)->data, n_bytes);
+        }
+        f.discard((*m.w)->data, n_bytes);  // only the placed copy is read now
         view->data = at;
-        view->packed8 = true;
-        at += (static_cast<size_t>(view->n_bytes()) + 63) / 64 * 64;
-        *w = view.get();
+        view->packed8 = m.pack;
+        at += (n_bytes + 63) / 64 * 64;
+        *m.w = view.get();
         packed_views_.push_back(std::move(view));
     }
+    if (tied) output_ = tok_embd_;
 }
 
 // Bytes between a matmul's activation rows: a row's bytes rounded up to 64, plus 64 where that
@@ -359,7 +374,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
             int64_t r0, r1;
             ThreadPool::split(n_out, i_thread, n_threads, kTile, &r0, &r1);
             if (w.packed8) {
-                // Rows interleaved by 8 (repack_weights); r0, r1 and every tile are multiples of 8.
+                // Rows interleaved by 8 (place_weights); r0, r1 and every tile are multiples of 8.
                 // One kernel for decode, batches and prompts: its per-output order does not
                 // depend on the tile, so a sequence's bits do not depend on its batch. Tokens in
                 // chunks so their activations stay in cache while the thread's rows stream past;

@@ -77,7 +77,8 @@ struct ModelOptions {
     int n_threads = 0;      // 0: all cores
     int max_batch_tokens = 512;  // largest Batch::tokens.size() a forward accepts
     int max_ctx = 4096;     // longest sequence attention must handle
-    // load_model(): map the file (true) or copy the weights into huge-page memory (false).
+    // Weights a matrix product does not repack stay in the file's mapping (true) or are copied
+    // into the model's huge-page memory (false). load_model() maps the file either way.
     bool mmap = false;
     // Repack matrices of types with a packed decode layout (8 rows interleaved) at load.
     bool repack = true;
@@ -117,7 +118,7 @@ private:
     void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);
-    void repack_weights(const GgufFile& f);
+    void place_weights(const GgufFile& f, bool repack, bool copy);
 
     ModelHParams hp_;
     ArchTraits traits_{};
@@ -132,7 +133,7 @@ private:
     struct FreeDeleter {
         void operator()(uint8_t* p) const { std::free(p); }
     };
-    std::unique_ptr<uint8_t, FreeDeleter> packed_arena_;      // repacked matrices
+    std::unique_ptr<uint8_t, FreeDeleter> packed_arena_;      // repacked (and copied) weights
     std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
 };
 

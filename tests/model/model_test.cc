@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -265,6 +266,40 @@ TEST(Forward, ThreadCountChangesNothing) {
         EXPECT_EQ(run_alone(*two.model, longer, 16, 64, kv_type), want);
         EXPECT_EQ(run_alone(*three.model, longer, 16, 64, kv_type), want);
         EXPECT_EQ(run_alone(*two.model, longer, 16, 20, kv_type), want);  // 20, 20, then 5 tokens
+    }
+}
+
+// Unless the weights stay mapped, every weight a forward pass reads is the model's own copy
+// (repacked or copied): clobbering the file's tensor bytes after load changes nothing. With
+// the weights mapped, the same clobbering changes the logits (the embedding table is read from
+// the file), so the check can fail.
+TEST(Forward, CopiedWeightsDoNotReadTheFile) {
+    for (DType type : {DType::kQ5_0, DType::kQ8_0}) {  // matrices copied as they are / repacked
+        TinyModelSpec spec;
+        spec.weight_type = type;
+        const std::vector<int32_t> p = {3, 14, 15, 92, 65, 35};
+        for (bool mmap : {false, true}) {
+            SCOPED_TRACE(std::string(dtype_name(type)) + (mmap ? " mapped" : " copied"));
+            std::vector<uint8_t> bytes = make_tiny_model(spec);
+            auto g = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
+            ASSERT_TRUE(g.has_value()) << g.status().message();
+            ModelOptions mo;
+            mo.n_threads = 2;
+            mo.max_ctx = 256;
+            mo.mmap = mmap;
+            auto m = Model::load(**g, mo);
+            ASSERT_TRUE(m.has_value()) << m.status().message();
+            const std::vector<float> want = run_alone(**m, p, 16, 64);
+            for (const TensorView& t : (*g)->tensors()) {
+                std::memset(const_cast<void*>(t.data), 0x55, static_cast<size_t>(t.n_bytes()));
+            }
+            const std::vector<float> got = run_alone(**m, p, 16, 64);
+            if (mmap) {
+                EXPECT_NE(got, want);
+            } else {
+                EXPECT_EQ(got, want);
+            }
+        }
     }
 }
 
