@@ -74,8 +74,7 @@ Expected<std::string> prompt_text(const Args& a) {
 }
 
 Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
-                                                    std::unique_ptr<GgufFile>* gguf_out,
-                                                    MmapFile::Mode mode = MmapFile::Mode::kMap) {
+                                                    std::unique_ptr<GgufFile>* gguf_out) {
     if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
         // tokenizer_config.json beside it says whether BOS is added.
         std::string config = path.substr(0, path.find_last_of('/') + 1) + "tokenizer_config.json";
@@ -86,7 +85,7 @@ Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
         }
         return Tokenizer::from_hf_json(path, config);
     }
-    FERROX_ASSIGN_OR_RETURN(auto g, GgufFile::open(path, mode));
+    FERROX_ASSIGN_OR_RETURN(auto g, GgufFile::open(path));
     FERROX_ASSIGN_OR_RETURN(VocabSpec spec, vocab_from_gguf(*g));
     auto tok = Tokenizer::create(std::move(spec));
     if (!tok.has_value()) return Status(tok.status().code(), path + ": " + tok.status().message());

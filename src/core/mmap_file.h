@@ -12,11 +12,9 @@ namespace ferrox {
 
 class MmapFile {
 public:
-    // kMap maps the file (pages shared with the page cache, loaded on first touch). kCopy reads
-    // it into anonymous memory backed by transparent huge pages where the kernel allows: one
-    // TLB entry per 2 MiB instead of per 4 KiB, which weight streaming notices.
-    enum class Mode { kMap, kCopy };
-    static Expected<std::unique_ptr<MmapFile>> open(const std::string& path, Mode mode = Mode::kMap);
+    // Maps the file read-only (pages shared with the page cache, loaded on first touch). A model
+    // that wants its weights in huge pages copies them out itself (Model::place_weights).
+    static Expected<std::unique_ptr<MmapFile>> open(const std::string& path);
     ~MmapFile();
     MmapFile(const MmapFile&) = delete;
     MmapFile& operator=(const MmapFile&) = delete;
@@ -30,7 +28,6 @@ private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;
-    size_t mapped_ = 0;  // bytes of the mapping (kCopy rounds up to 2 MiB)
 };
 
 // Reads a whole file into a string (for small text files: JSON, templates).

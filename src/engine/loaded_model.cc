@@ -15,7 +15,7 @@ Expected<std::shared_ptr<LoadedModel>> load_model(const std::string& path, const
     if (m->name.size() > 5 && m->name.compare(m->name.size() - 5, 5, ".gguf") == 0) {
         m->name.resize(m->name.size() - 5);
     }
-    FERROX_ASSIGN_OR_RETURN(m->gguf, GgufFile::open(path, MmapFile::Mode::kMap));
+    FERROX_ASSIGN_OR_RETURN(m->gguf, GgufFile::open(path));
     FERROX_ASSIGN_OR_RETURN(VocabSpec spec, vocab_from_gguf(*m->gguf));
     auto tok = Tokenizer::create(std::move(spec));
     if (!tok.has_value()) return Status(tok.status().code(), path + ": " + tok.status().message());

@@ -163,8 +163,8 @@ Status GgufFile::error(const std::string& message) const {
     return invalid_argument(path_ + ": " + message);
 }
 
-Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path, MmapFile::Mode mode) {
-    FERROX_ASSIGN_OR_RETURN(auto file, MmapFile::open(path, mode));
+Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+    FERROX_ASSIGN_OR_RETURN(auto file, MmapFile::open(path));
     std::unique_ptr<GgufFile> g(new GgufFile());
     g->path_ = path;
     g->file_ = std::move(file);

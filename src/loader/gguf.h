@@ -57,8 +57,8 @@ struct GgufValue {
 class GgufFile {
 public:
     // Opens and validates the whole file structure (header, metadata, tensor infos).
-    static Expected<std::unique_ptr<GgufFile>> open(const std::string& path,
-                                                    MmapFile::Mode mode = MmapFile::Mode::kMap);
+    // The file is mapped, not read: see Model::place_weights for where the weights go.
+    static Expected<std::unique_ptr<GgufFile>> open(const std::string& path);
     // Parses an in-memory image (for tests and the fuzzer). `data` must outlive the result.
     static Expected<std::unique_ptr<GgufFile>> parse(const uint8_t* data, size_t size,
                                                      const std::string& name);
