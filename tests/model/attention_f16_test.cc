@@ -50,6 +50,59 @@ TEST(AttentionF16, GroupedPrefillDotsAreTheOneQueryDots) {
     check_group_dots(attn_f16_kernels(), "selected");
 }
 
+// The transposed P·V of a prompt chunk (the chunk starts at a multiple of 8) and its reduction
+// give the bits of accumulate_run and reduce_prefill, including a last partial group of 8
+// whose transposed columns past the count hold garbage.
+void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    constexpr int kLd = 64;
+    for (int n : {64, 40, 128}) {
+        for (int count : {1, 5, 8, 37, 64}) {
+            for (int p0 : {0, 64, 128}) {
+                const int stride = n * 3 + 8;
+                std::vector<uint16_t> v(static_cast<size_t>(count) * stride);
+                for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
+                std::vector<const uint16_t*> rows(count);
+                for (int j = 0; j < count; ++j) rows[j] = v.data() + static_cast<size_t>(j) * stride;
+                std::vector<float> vt(static_cast<size_t>(n) * kLd, std::nanf(""));
+                fk.transpose_rows(rows.data(), count, n, vt.data(), kLd);
+                for (int d = 0; d < n; ++d) {
+                    for (int j = 0; j < (count + 7) / 8 * 8; ++j) {
+                        const float want = j < count ? fp16_to_fp32(rows[j][d]) : 0.0f;
+                        ASSERT_EQ(vt[static_cast<size_t>(d) * kLd + j], want) << name << " d " << d << " j " << j;
+                    }
+                }
+                for (int d = 0; d < n; ++d)  // garbage past the count, in the last group of 8 too
+                    for (int j = count; j < kLd; ++j) vt[static_cast<size_t>(d) * kLd + j] = std::nanf("");
+                std::vector<float> p(count);
+                for (float& x : p) x = ud(rng);
+                std::vector<float> want(static_cast<size_t>(8) * n), got_t(want.size());
+                for (int r = 0; r < 8; ++r)
+                    for (int d = 0; d < n; ++d) want[r * n + d] = got_t[d * 8 + r] = nd(rng);
+                fk.accumulate_run(p.data(), v.data(), stride, count, p0, 8, want.data(), n);
+                fk.accumulate_t(p.data(), vt.data(), kLd, count, got_t.data(), n);
+                for (int r = 0; r < 8; ++r) {
+                    for (int d = 0; d < n; ++d) {
+                        ASSERT_EQ(std::memcmp(&want[r * n + d], &got_t[d * 8 + r], 4), 0)
+                            << name << " n " << n << " count " << count << " row " << r << " dim " << d;
+                    }
+                }
+                std::vector<float> out(n), out_t(n);
+                fk.reduce_prefill(want.data(), out.data(), n);
+                fk.reduce_prefill_t(got_t.data(), out_t.data(), n);
+                ASSERT_EQ(std::memcmp(out.data(), out_t.data(), n * sizeof(float)), 0) << name << " reduce, n " << n;
+            }
+        }
+    }
+}
+
+TEST(AttentionF16, TransposedPrefillAccumulateIsAccumulateRun) {
+    check_accumulate_t(attn_f16_kernels_scalar(), "scalar");
+    check_accumulate_t(attn_f16_kernels(), "selected");
+}
+
 // The AVX2 and scalar tables follow the same orders, so they agree bit for bit.
 TEST(AttentionF16, SelectedKernelsMatchTheScalarOnes) {
     const AttnF16Kernels& a = attn_f16_kernels();
