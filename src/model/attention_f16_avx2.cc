@@ -108,59 +108,6 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
 // F16C rounds to nearest even, as fp32_to_fp16 does.
 inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-// P·V over a run of positions in the prefill order (8 partial rows, row = position % 8):
-// per 8 dimensions the 8 partial rows stay in registers for the whole run instead of a load
-// and a store per position. Each partial row gets the same fused multiply-adds in the same
-// position order as accumulate_avx2, so the bits are unchanged.
-void accumulate_run_avx2(const float* p, const uint16_t* v, int stride, int count, int p0, int n_rows, float* acc,
-                         int n) {
-    if (n_rows != 8 || n % 8 != 0) {
-        attn_accumulate_run<accumulate_avx2, round_f16>(p, v, stride, count, p0, n_rows, acc, n);
-        return;
-    }
-    constexpr int kChunk = 64;
-    float pr[kChunk];
-    for (int c0 = 0; c0 < count; c0 += kChunk) {
-        const int m = std::min(kChunk, count - c0);
-        int j8 = 0;
-        for (; j8 + 8 <= m; j8 += 8) {
-            const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(p + c0 + j8), _MM_FROUND_TO_NEAREST_INT);
-            _mm256_storeu_ps(pr + j8, _mm256_cvtph_ps(h));
-        }
-        for (; j8 < m; ++j8) pr[j8] = round_f16(p[c0 + j8]);
-        const int r0 = (p0 + c0) & 7;
-        const uint16_t* vb = v + static_cast<size_t>(c0) * stride;
-        float* row[8];
-        for (int k = 0; k < 8; ++k) row[k] = acc + static_cast<size_t>((r0 + k) & 7) * n;
-        for (int d = 0; d < n; d += 8) {
-            __m256 b0 = _mm256_loadu_ps(row[0] + d), b1 = _mm256_loadu_ps(row[1] + d);
-            __m256 b2 = _mm256_loadu_ps(row[2] + d), b3 = _mm256_loadu_ps(row[3] + d);
-            __m256 b4 = _mm256_loadu_ps(row[4] + d), b5 = _mm256_loadu_ps(row[5] + d);
-            __m256 b6 = _mm256_loadu_ps(row[6] + d), b7 = _mm256_loadu_ps(row[7] + d);
-            const uint16_t* vd = vb + d;
-            int j = 0;
-#define FERROX_PV(b, k) b = _mm256_fmadd_ps(load_f16(vd + static_cast<size_t>(j + k) * stride), _mm256_set1_ps(pr[j + k]), b)
-            for (; j + 8 <= m; j += 8) {
-                FERROX_PV(b0, 0); FERROX_PV(b1, 1); FERROX_PV(b2, 2); FERROX_PV(b3, 3);
-                FERROX_PV(b4, 4); FERROX_PV(b5, 5); FERROX_PV(b6, 6); FERROX_PV(b7, 7);
-            }
-            const int rest = m - j;
-            if (rest > 0) FERROX_PV(b0, 0);
-            if (rest > 1) FERROX_PV(b1, 1);
-            if (rest > 2) FERROX_PV(b2, 2);
-            if (rest > 3) FERROX_PV(b3, 3);
-            if (rest > 4) FERROX_PV(b4, 4);
-            if (rest > 5) FERROX_PV(b5, 5);
-            if (rest > 6) FERROX_PV(b6, 6);
-#undef FERROX_PV
-            _mm256_storeu_ps(row[0] + d, b0); _mm256_storeu_ps(row[1] + d, b1);
-            _mm256_storeu_ps(row[2] + d, b2); _mm256_storeu_ps(row[3] + d, b3);
-            _mm256_storeu_ps(row[4] + d, b4); _mm256_storeu_ps(row[5] + d, b5);
-            _mm256_storeu_ps(row[6] + d, b6); _mm256_storeu_ps(row[7] + d, b7);
-        }
-    }
-}
-
 // See AttnF16Kernels::accumulate_t. Per 8 dimensions, their 8 partial-row vectors (one lane per
 // partial row) stay in registers over the chunk; per 8 positions, one vector of their weights
 // (rounded to F16) and a multiply-add per dimension. The last partial group updates only its
@@ -292,7 +239,7 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   reduce_prefill_avx2,
                                   to_f16_avx2,
                                   attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
-                                  accumulate_run_avx2,
+                                  attn_accumulate_run<accumulate_avx2, round_f16>,
                                   accumulate_t_avx2,
                                   transpose_rows_avx2,
                                   reduce_prefill_t_avx2,

@@ -43,7 +43,7 @@ struct Model::Scratch {
     std::vector<float> up;     // (n_tok, n_ff)
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
-    std::vector<float> scores; // (n_threads, max(kAttnQueries, group), max_ctx) attention scores
+    std::vector<float> scores; // (n_threads, kAttnQueries, max_ctx) attention scores
     std::vector<float> attn_acc;  // (n_threads, kAccRowsPerThread, head_dim) P·V scratch per thread
     std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
     std::vector<AttnItem> attn_items;  // Model::attention's work items
@@ -185,8 +185,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
     // activation format, plus each row's padding (act_row_stride) and alignment.
     s->act.resize(kMaxMatJobs * (T * (widest * 4 + 128) + 64));
-    s->scores.resize(static_cast<size_t>(n_threads) * std::max(kAttnQueries, hp.n_head / hp.n_head_kv) *
-                     std::max(1, opts.max_ctx));
+    s->scores.resize(static_cast<size_t>(n_threads) * kAttnQueries * std::max(1, opts.max_ctx));
     s->attn_q.resize(static_cast<size_t>(n_threads) * kAttnQueries * hp.head_dim);
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kAccRowsPerThread * hp.head_dim);
     s->attn_items.reserve(T * hp.n_head);  // a decode token's heads; a prompt has fewer items
@@ -471,12 +470,13 @@ Status Model::check_kv_type(KvType type) const {
 // chunk of two or more the prefill order, as llama.cpp does.
 //
 // Work items: a decode token's query heads one by one; a prompt chunk's query heads that share a
-// KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries queries. Such an item reads each
-// cache row once for all its tokens and heads: the K row is converted once for every dot, and
-// the V rows a chunk at a time into floats that every (token, head) accumulates from. Each
-// (token, head) still gets its own dots, softmax and P·V in its own order, so the bits do not
-// depend on the items. Threads take the items in turn (a causal prompt's later tokens attend to
-// more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
+// KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries queries.
+// Such an item reads each cache row once for all its tokens and heads: the K row is converted
+// once for every dot, and the V rows are transposed into floats a chunk at a time for every
+// (token, head) to accumulate from. Each (token, head) still gets its own dots, softmax and P·V
+// in its own order, so the bits do not depend on the items. Threads take the items in turn (a
+// causal prompt's later tokens attend to more positions, and a contiguous split gave the last
+// thread 3/4 of the work at 2 threads).
 void Model::attention(const Batch& batch, KvPool& kv, int il) {
     if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
     const ModelHParams& hp = hp_;
