@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config make
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev nlohmann-json3-dev libxxhash-dev libboost-dev
+  libpcre2-dev nlohmann-json3-dev libxxhash-dev libboost-dev libsimde-dev
   python3 python3-pip unzip
 )
 

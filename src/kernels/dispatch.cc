@@ -1,12 +1,13 @@
 // ISA selection: builds one kernel table per ISA the CPU supports, once, and points the
 // public accessors at the best (or the forced) one.
 //
-// Adding an ISA (e.g. AVX-512): a new translation unit with override_<isa>_*(), an entry in
-// Isa and kIsaNames, a CPUID check in isa_supported(), and a case in build_tables().
+// Adding an ISA: its translation units (for the x86 levels, one more compilation of the
+// *_avx2.cc files, see isa_variant.h), an entry in kBuiltIn, and a CPUID check in cpu_has().
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -16,73 +17,80 @@
 namespace ferrox {
 namespace {
 
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kCount = 2 };
-constexpr const char* kIsaNames[] = {"scalar", "avx2"};
+using FillFn = void (*)(QuantKernels* table, detail::OpsKernels* ops);
 
-bool isa_supported(Isa isa) {
-    switch (isa) {
-        case Isa::kScalar:
-            return true;
-        case Isa::kAvx2:
-            return cpu_has_avx2();
-        default:
-            return false;
-    }
-}
+struct BuiltIn {
+    const char* name;
+    bool (*cpu_has)();
+    FillFn fill;  // null: the scalar tables as they are
+};
+// Lowest to highest: the default is the last one the CPU has.
+const BuiltIn kBuiltIn[] = {
+    {"scalar", [] { return true; }, nullptr},
+    {"avx2", cpu_has_avx2, detail::avx2::override_all},
+#if defined(__x86_64__) || defined(__i386__)
+    {"avx512", cpu_has_avx512, detail::avx512::override_all},
+#endif
+};
+constexpr int kNumBuiltIn = static_cast<int>(sizeof(kBuiltIn) / sizeof(kBuiltIn[0]));
+constexpr int kMaxIsas = kNumBuiltIn + 2;  // room for ISAs that tests add
 
 struct Tables {
-    detail::OpsKernels ops[static_cast<int>(Isa::kCount)];
-    QuantKernels quant[static_cast<int>(Isa::kCount)][detail::kNumWeightTypes];
-    bool present[static_cast<int>(Isa::kCount)] = {};
+    const char* names[kMaxIsas] = {};
+    detail::OpsKernels ops[kMaxIsas];
+    QuantKernels quant[kMaxIsas][detail::kNumWeightTypes];
+    bool present[kMaxIsas] = {};
+    int count = 0;  // entries in names (present or not)
+    int best = 0;   // the highest built-in ISA present
 };
 
-// Built on first use (thread-safe static init); never modified afterwards.
-const Tables& tables() {
-    static const Tables t = [] {
-        Tables t{};
-        detail::fill_scalar_quant_kernels(t.quant[0]);
-        detail::fill_scalar_ops(&t.ops[0]);
-        t.present[0] = true;
-        if (isa_supported(Isa::kAvx2)) {
-            const int i = static_cast<int>(Isa::kAvx2);
-            std::memcpy(t.quant[i], t.quant[0], sizeof(t.quant[0]));
-            t.ops[i] = t.ops[0];
-            detail::override_avx2_quant_kernels(t.quant[i]);
-            detail::override_avx2_packed(t.quant[i]);
-            detail::override_avx2_packed_kquants(t.quant[i]);
-            detail::override_avx2_packed_f16(t.quant[i]);
-            detail::override_avx2_ops(&t.ops[i]);
-            t.present[i] = true;
+// The scalar tables overridden by fill, with the packed activation defaults filled in.
+void build_isa(Tables* t, int i, FillFn fill) {
+    detail::fill_scalar_quant_kernels(t->quant[i]);
+    detail::fill_scalar_ops(&t->ops[i]);
+    if (fill != nullptr) fill(t->quant[i], &t->ops[i]);
+    for (QuantKernels& k : t->quant[i]) {
+        if (k.quantize_packed_act_row == nullptr) {
+            k.packed_act_type = k.act_type;
+            k.quantize_packed_act_row = k.quantize_act_row;
         }
-        for (auto& per_isa : t.quant) {
-            for (QuantKernels& k : per_isa) {
-                if (k.quantize_packed_act_row == nullptr) {
-                    k.packed_act_type = k.act_type;
-                    k.quantize_packed_act_row = k.quantize_act_row;
-                }
+    }
+    t->present[i] = true;
+}
+
+// Built on first use (thread-safe static init). Built-in entries never change afterwards;
+// add_test_isa() only appends.
+Tables& tables() {
+    static Tables t = [] {
+        Tables t{};
+        for (int i = 0; i < kNumBuiltIn; ++i) {
+            t.names[i] = kBuiltIn[i].name;
+            if (kBuiltIn[i].cpu_has()) {
+                build_isa(&t, i, kBuiltIn[i].fill);
+                t.best = i;
             }
         }
+        t.count = kNumBuiltIn;
         return t;
     }();
     return t;
 }
 
 int isa_from_name(const char* name) {
-    for (int i = 0; i < static_cast<int>(Isa::kCount); ++i)
-        if (std::strcmp(name, kIsaNames[i]) == 0) return i;
+    const Tables& t = tables();
+    for (int i = 0; i < t.count; ++i)
+        if (std::strcmp(name, t.names[i]) == 0) return i;
     return -1;
 }
 
 int default_isa() {
     const Tables& t = tables();
-    int best = 0;
-    for (int i = 0; i < static_cast<int>(Isa::kCount); ++i)
-        if (t.present[i]) best = i;
+    const int best = t.best;
     if (const char* env = std::getenv("FERROX_KERNELS_ISA")) {
         const int want = isa_from_name(env);
         if (want >= 0 && t.present[want]) return want;
         FERROX_LOG_WARN("FERROX_KERNELS_ISA=%s is not available here; using %s", env,
-                        kIsaNames[best]);
+                        t.names[best]);
     }
     return best;
 }
@@ -114,13 +122,28 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+    // libgcc sets the AVX-512 features only when the OS saves the ZMM and mask state.
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512vnni");
+    }();
+    return has;
+#else
+    return false;
+#endif
+}
+
 const QuantKernels& quant_kernels(DType weight_type) {
     const int idx = detail::kernel_index(weight_type);
     CHECK_MSG(idx >= 0, "no kernels for this tensor type");
     return tables().quant[current_isa()][idx];
 }
 
-const char* kernels_isa_name() { return kIsaNames[current_isa()]; }
+const char* kernels_isa_name() { return tables().names[current_isa()]; }
 
 void kernels_force_isa(const char* name) {
     const int isa = isa_from_name(name);
@@ -129,8 +152,25 @@ void kernels_force_isa(const char* name) {
     g_isa.store(isa, std::memory_order_relaxed);
 }
 
+bool kernels_isa_available(const char* name) {
+    const int isa = isa_from_name(name);
+    return isa >= 0 && tables().present[isa];
+}
+
 namespace detail {
 const OpsKernels& ops_kernels() { return tables().ops[current_isa()]; }
+
+void add_test_isa(const char* name, FillFn fill) {
+    static std::mutex mu;
+    const std::lock_guard<std::mutex> lock(mu);
+    if (isa_from_name(name) >= 0) return;
+    Tables& t = tables();
+    CHECK_MSG(t.count < kMaxIsas, "too many test ISAs");
+    const int i = t.count;
+    build_isa(&t, i, fill);
+    t.names[i] = name;
+    t.count = i + 1;
+}
 }  // namespace detail
 
 }  // namespace ferrox

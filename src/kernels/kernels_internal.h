@@ -27,14 +27,32 @@ struct OpsKernels {
 // Each ISA fills a table that starts as a copy of the next lower ISA's table.
 void fill_scalar_quant_kernels(QuantKernels* table);  // kNumWeightTypes entries
 void fill_scalar_ops(OpsKernels* ops);
-// Defined in the AVX2 translation unit (compiled with -mavx2 -mfma -mf16c); only called
-// after cpu_has_avx2() said yes.
-void override_avx2_quant_kernels(QuantKernels* table);
-void override_avx2_ops(OpsKernels* ops);
-// The packed layouts (repack8 / gemm_packed8), one translation unit per family.
-void override_avx2_packed(QuantKernels* table);          // Q4_0, Q4_1, Q8_0
-void override_avx2_packed_kquants(QuantKernels* table);  // Q4_K, Q6_K
-void override_avx2_packed_f16(QuantKernels* table);      // F16
+// The SIMD table fillers, one namespace per ISA variant (isa_variant.h): the *_avx2.cc files are
+// compiled once per variant, and each compilation defines its variant's functions. Only called
+// after the CPU said it has the ISA (the emulated variant runs anywhere AVX2 does).
+#define FERROX_DECLARE_SIMD_OVERRIDES(ns)                                                   \
+    namespace ns {                                                                          \
+    void override_quant_kernels(QuantKernels* table); /* quants_avx2.cc: dots, tiles, Q4_1 */ \
+    void override_ops(OpsKernels* ops);               /* ops_avx2.cc */                      \
+    void override_packed(QuantKernels* table);        /* packed_avx2.cc: Q4_0, Q8_0 */       \
+    void override_packed_kquants(QuantKernels* table); /* Q4_K, Q5_K, Q6_K */                \
+    void override_packed_f16(QuantKernels* table);    /* F16 */                              \
+    inline void override_all(QuantKernels* table, OpsKernels* ops) {                       \
+        override_quant_kernels(table);                                                      \
+        override_packed(table);                                                             \
+        override_packed_kquants(table);                                                     \
+        override_packed_f16(table);                                                         \
+        override_ops(ops);                                                                  \
+    }                                                                                       \
+    }
+FERROX_DECLARE_SIMD_OVERRIDES(avx2)
+FERROX_DECLARE_SIMD_OVERRIDES(avx512)
+FERROX_DECLARE_SIMD_OVERRIDES(avx512emu)  // defined only in the kernel tests' build
+#undef FERROX_DECLARE_SIMD_OVERRIDES
+
+// For tests: adds an ISA called `name` whose tables are the scalar ones overridden by `fill`,
+// selectable with kernels_force_isa(name). Idempotent per name; must not race with kernel calls.
+void add_test_isa(const char* name, void (*fill)(QuantKernels* table, OpsKernels* ops));
 
 // The ops table of the selected ISA.
 const OpsKernels& ops_kernels();

@@ -2,6 +2,7 @@
 // simd_avx2.h for why this file calls no inline function of external linkage (hence the
 // hand-written scalar tails: no std::exp here, the tails use exp_ps on a padded vector).
 
+#include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -175,17 +176,17 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
-namespace detail {
-void override_avx2_ops(OpsKernels* ops) {
+namespace detail::FERROX_ISA_NS {
+void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2};
 }
-}  // namespace detail
+}  // namespace detail::FERROX_ISA_NS
 
 }  // namespace ferrox
 
 #else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
-namespace ferrox::detail {
-void override_avx2_ops(OpsKernels*) {}
-}  // namespace ferrox::detail
+namespace ferrox::detail::FERROX_ISA_NS {
+void override_ops(OpsKernels*) {}
+}  // namespace ferrox::detail::FERROX_ISA_NS
 #endif

@@ -21,6 +21,7 @@
 // 30480 in 16 bits. Q8_0 uses the sign trick (|x| times y with x's sign); its pair sums go to
 // 32 bits before they are added.
 
+#include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -247,20 +248,20 @@ void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64
 
 }  // namespace
 
-namespace detail {
+namespace detail::FERROX_ISA_NS {
 
-void override_avx2_packed(QuantKernels* table) {
+void override_packed(QuantKernels* table) {
     table[kernel_index(DType::kQ4_0)].repack8 = repack8<BlockQ4_0>;
     table[kernel_index(DType::kQ4_0)].gemm_packed8 = gemm_packed8<BlockQ4_0>;
     table[kernel_index(DType::kQ8_0)].repack8 = repack8<BlockQ8_0>;
     table[kernel_index(DType::kQ8_0)].gemm_packed8 = gemm_packed8<BlockQ8_0>;
 }
 
-}  // namespace detail
+}  // namespace detail::FERROX_ISA_NS
 }  // namespace ferrox
 
 #else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
-namespace ferrox::detail {
-void override_avx2_packed(QuantKernels*) {}
-}  // namespace ferrox::detail
+namespace ferrox::detail::FERROX_ISA_NS {
+void override_packed(QuantKernels*) {}
+}  // namespace ferrox::detail::FERROX_ISA_NS
 #endif

@@ -15,6 +15,7 @@
 // whatever n_rows and n_cols are. Lane j of a group's accumulator is row j's chain, so the
 // kernels only choose how many chains run side by side, never their order.
 
+#include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -241,20 +242,20 @@ void gemm_packed8_f16(int64_t n, const void* wv, int64_t n_rows, const void* av,
 
 }  // namespace
 
-namespace detail {
+namespace detail::FERROX_ISA_NS {
 
-void override_avx2_packed_f16(QuantKernels* table) {
+void override_packed_f16(QuantKernels* table) {
     table[kernel_index(DType::kF16)].repack8 = repack8_f16;
     table[kernel_index(DType::kF16)].gemm_packed8 = gemm_packed8_f16;
     table[kernel_index(DType::kF16)].packed_act_type = DType::kF32;
     table[kernel_index(DType::kF16)].quantize_packed_act_row = quantize_packed_f16;
 }
 
-}  // namespace detail
+}  // namespace detail::FERROX_ISA_NS
 }  // namespace ferrox
 
 #else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
-namespace ferrox::detail {
-void override_avx2_packed_f16(QuantKernels*) {}
-}  // namespace ferrox::detail
+namespace ferrox::detail::FERROX_ISA_NS {
+void override_packed_f16(QuantKernels*) {}
+}  // namespace ferrox::detail::FERROX_ISA_NS
 #endif

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/quant_blocks.h"
 
@@ -536,8 +537,8 @@ void gemm_packed8_kq(int64_t n, const void* w, int64_t n_rows, const void* a, in
 
 }  // namespace
 
-namespace detail {
-void override_avx2_packed_kquants(QuantKernels* table) {
+namespace detail::FERROX_ISA_NS {
+void override_packed_kquants(QuantKernels* table) {
     table[kernel_index(DType::kQ4_K)].repack8 = repack8_kq<false>;
     table[kernel_index(DType::kQ4_K)].gemm_packed8 = gemm_packed8_kq<KqTraits<false>>;
     table[kernel_index(DType::kQ5_K)].repack8 = repack8_kq<true>;
@@ -545,11 +546,11 @@ void override_avx2_packed_kquants(QuantKernels* table) {
     table[kernel_index(DType::kQ6_K)].repack8 = repack8_q6k;
     table[kernel_index(DType::kQ6_K)].gemm_packed8 = gemm_packed8_kq<Q6Traits>;
 }
-}  // namespace detail
+}  // namespace detail::FERROX_ISA_NS
 }  // namespace ferrox
 
 #else
-namespace ferrox::detail {
-void override_avx2_packed_kquants(QuantKernels*) {}
-}  // namespace ferrox::detail
+namespace ferrox::detail::FERROX_ISA_NS {
+void override_packed_kquants(QuantKernels*) {}
+}  // namespace ferrox::detail::FERROX_ISA_NS
 #endif

@@ -8,9 +8,9 @@
 // Two families of entry points:
 //  - *_ref: scalar reference implementations. Always available, slow, the test oracle.
 //  - quant_kernels(W): the table of the fastest kernels for W on this CPU, chosen once at
-//    start-up from CPUID (AVX2+FMA+F16C, else scalar). An ISA's table starts as a copy of the
-//    next lower ISA's and overrides the kernels it speeds up, so adding an AVX-512 (or NEON)
-//    level is one more translation unit and one more entry in the ISA list.
+//    start-up from CPUID (AVX-512 F/BW/DQ/VL/VNNI, else AVX2+FMA+F16C, else scalar). An ISA's
+//    table starts as the scalar one and overrides the kernels it speeds up; every level gives
+//    the same bits (the summation orders are fixed, see gemm_packed8).
 //
 // Preconditions everywhere: n is a multiple of the block size of the types involved (32 or
 // 256; any n >= 0 for F32/F16/BF16); buffers hold whole rows and do not overlap.
@@ -103,15 +103,21 @@ struct QuantKernels {
 // A lookup (a few compares): take it once per matmul, not per row.
 const QuantKernels& quant_kernels(DType weight_type);
 
-// "avx2" or "scalar": the ISA whose kernels quant_kernels() and the ops return.
-// Chosen on first use from CPUID; the environment variable FERROX_KERNELS_ISA=scalar|avx2
+// "avx512", "avx2" or "scalar": the ISA whose kernels quant_kernels() and the ops return.
+// Chosen on first use from CPUID; the environment variable FERROX_KERNELS_ISA=scalar|avx2|avx512
 // overrides the choice (an unsupported value is ignored with a warning).
 const char* kernels_isa_name();
 
-// For tests: selects "scalar" or "avx2" (CHECK-fails if the CPU lacks it).
+// For tests: selects an ISA by name (CHECK-fails if the CPU lacks it or the name is unknown).
 void kernels_force_isa(const char* name);
+
+// Whether kernels_force_isa(name) would succeed.
+bool kernels_isa_available(const char* name);
 
 // AVX2 + FMA + F16C, with OS support for the AVX state.
 bool cpu_has_avx2();
+
+// AVX2 as above plus AVX-512 F, BW, DQ, VL and VNNI, with OS support for the ZMM state.
+bool cpu_has_avx512();
 
 }  // namespace ferrox

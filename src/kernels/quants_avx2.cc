@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/quant_blocks.h"
 
@@ -742,9 +743,9 @@ void dequantize_f16(const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-namespace detail {
+namespace detail::FERROX_ISA_NS {
 
-void override_avx2_quant_kernels(QuantKernels* table) {
+void override_quant_kernels(QuantKernels* table) {
     auto set = [&](DType type, float (*dot)(int64_t, const void*, const void*),
                    void (*rows)(int64_t, const void*, int64_t, int64_t, const void*, float*)) {
         QuantKernels& k = table[kernel_index(type)];
@@ -774,11 +775,11 @@ void override_avx2_quant_kernels(QuantKernels* table) {
     table[kernel_index(DType::kQ4_1)].gemm_packed8 = gemm_packed8_q4_1;
 }
 
-}  // namespace detail
+}  // namespace detail::FERROX_ISA_NS
 }  // namespace ferrox
 
 #else  // not built for AVX2 (a non-x86 target): dispatch never selects it.
-namespace ferrox::detail {
-void override_avx2_quant_kernels(QuantKernels*) {}
-}  // namespace ferrox::detail
+namespace ferrox::detail::FERROX_ISA_NS {
+void override_quant_kernels(QuantKernels*) {}
+}  // namespace ferrox::detail::FERROX_ISA_NS
 #endif

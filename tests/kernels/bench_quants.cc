@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 300;
     const int64_t n_rows = 576, n = 1536;
     float sink = 0;
-    for (const char* isa : {"scalar", "avx2"}) {
-        if (std::string(isa) == "avx2" && !ferrox::cpu_has_avx2()) continue;
+    for (const char* isa : {"scalar", "avx2", "avx512"}) {
+        if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
         for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                         DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kF32}) {

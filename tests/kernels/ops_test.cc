@@ -24,7 +24,7 @@ class OpsTest : public ::testing::TestWithParam<std::string> {
             GTEST_SKIP() << GetParam() << " not on this CPU";
         kernels_force_isa(GetParam().c_str());
     }
-    void TearDown() override { kernels_force_isa(cpu_has_avx2() ? "avx2" : "scalar"); }
+    void TearDown() override { kernels_force_isa(kernel_test::best_isa()); }
 };
 
 TEST_P(OpsTest, RmsNorm) {

@@ -270,7 +270,7 @@ class QuantIsaTest : public ::testing::TestWithParam<std::string> {
             GTEST_SKIP() << GetParam() << " not on this CPU";
         kernels_force_isa(GetParam().c_str());
     }
-    void TearDown() override { kernels_force_isa(cpu_has_avx2() ? "avx2" : "scalar"); }
+    void TearDown() override { kernels_force_isa(kernel_test::best_isa()); }
 };
 
 TEST_P(QuantIsaTest, GoldenDequantizeMatchesGgufPy) {
@@ -654,7 +654,7 @@ TEST_P(QuantIsaTest, Q8_0TieRoundingAsGgml) {
     x[2] = -3.5f;
     std::vector<uint8_t> q(34);
     quant_kernels(DType::kQ8_0).quantize_act_row(x.data(), q.data(), 32);
-    if (GetParam() == "avx2") {
+    if (GetParam() != "scalar") {
         EXPECT_EQ(static_cast<int8_t>(q[3]), 2);  // ggml x86: round half to even
         EXPECT_EQ(static_cast<int8_t>(q[4]), -4);
     } else {
@@ -667,7 +667,7 @@ INSTANTIATE_TEST_SUITE_P(Isa, QuantIsaTest, ::testing::ValuesIn(kernel_test::all
                          [](const auto& info) { return info.param; });
 
 TEST(KernelsIsa, SelectsBestAndCanBeForced) {
-    const std::string best = cpu_has_avx2() ? "avx2" : "scalar";
+    const std::string best = kernel_test::best_isa();
     if (std::getenv("FERROX_KERNELS_ISA") == nullptr) {
         EXPECT_EQ(kernels_isa_name(), best);
     }

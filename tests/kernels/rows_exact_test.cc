@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/quants.h"
+#include "kernels/test_util.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {
@@ -16,10 +17,10 @@ namespace {
 class RowsExact : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {
-        if (GetParam() == "avx2" && !cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
+        if (!kernel_test::isa_available(GetParam())) GTEST_SKIP() << GetParam() << " not on this CPU";
         kernels_force_isa(GetParam().c_str());
     }
-    void TearDown() override { kernels_force_isa(cpu_has_avx2() ? "avx2" : "scalar"); }
+    void TearDown() override { kernels_force_isa(kernel_test::best_isa()); }
 };
 
 TEST_P(RowsExact, EveryWeightTypeEveryRowCount) {
@@ -99,7 +100,7 @@ TEST_P(RowsExact, TilesMatchOneRowDots) {
             }
         }
     }
-    if (GetParam() == "avx2") {
+    if (GetParam() != "scalar") {
         EXPECT_GE(n_types_with_tiles, 3);  // Q4_0, Q4_1, Q8_0
     }
 }
@@ -191,12 +192,13 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
             }
         }
     }
-    if (GetParam() == "avx2") {
+    if (GetParam() != "scalar") {
         EXPECT_GE(n_packed, 3);  // Q4_0, Q4_1, Q8_0
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, RowsExact, ::testing::Values("scalar", "avx2"));
+INSTANTIATE_TEST_SUITE_P(Isa, RowsExact, ::testing::ValuesIn(kernel_test::all_isas()),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace ferrox

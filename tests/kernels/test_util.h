@@ -13,9 +13,20 @@
 
 namespace ferrox::kernel_test {
 
-// ISAs to run every dispatched-kernel test on: "scalar" always, "avx2" where the CPU has it.
-inline std::vector<std::string> all_isas() { return {"scalar", "avx2"}; }
-inline bool isa_available(const std::string& isa) { return isa == "scalar" || cpu_has_avx2(); }
+// Adds the ISA "avx512_emulated" where the CPU has AVX2: the AVX-512 kernels compiled with
+// every AVX-512 intrinsic emulated by SIMDe (avx512_emulated.cc), so their code is tested
+// against the scalar oracle on machines without AVX-512. Idempotent.
+void install_avx512_emulated();
+
+// ISAs to run every dispatched-kernel test on: "scalar" always, the others where the CPU has
+// them ("avx512_emulated" wherever AVX2 is).
+inline std::vector<std::string> all_isas() { return {"scalar", "avx2", "avx512", "avx512_emulated"}; }
+inline bool isa_available(const std::string& isa) {
+    install_avx512_emulated();
+    return kernels_isa_available(isa.c_str());
+}
+// The ISA dispatch picks by itself (what tests restore after forcing another).
+inline const char* best_isa() { return cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2" : "scalar"; }
 
 // Gaussian row with a per-row scale and offset, plus a few outliers (weights and activations
 // of real models have them, and they set the block scales).
