@@ -84,6 +84,12 @@ inline ColBlock col_block(const BlockQ8_0& y) {
     return e;
 }
 
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
 inline __m256i bcast4(const int8_t* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
@@ -97,7 +103,7 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
                        const ColBlock* cb, __m256* acc) {
     using F = Fmt<WB>;
     const __m256i low = _mm256_set1_epi8(15);
-    const __m256i ones = _mm256_set1_epi16(1);
+    [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; ++b, p += F::kBlockBytes, cb += NC) {
         prefetch_ahead<F::kBlockBytes>(p);
         __m256i isum[NC];
@@ -108,10 +114,26 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
                 const __m256i aw = _mm256_sign_epi8(w, w);
                 _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
                     const __m256i sy = _mm256_sign_epi8(bcast4(y[c][b].qs + 4 * l), w);
+#if FERROX_AVX512
+                    isum[c] = dpbusd(isum[c], aw, sy);
+#else
                     isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones));
+#endif
                 }
             }
         } else {
+#if FERROX_AVX512
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) isum[c] = _mm256_set1_epi32(-cb[c].sum8);
+            _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + F::kHeader + 32 * l));
+                const __m256i lo = _mm256_and_si256(q, low);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                    isum[c] = dpbusd(isum[c], lo, bcast4(y[c][b].qs + 4 * l));
+                    isum[c] = dpbusd(isum[c], hi, bcast4(y[c][b].qs + 16 + 4 * l));
+                }
+            }
+#else
             __m256i p16[NC];
             _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) p16[c] = _mm256_setzero_si256();
             _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
@@ -127,6 +149,7 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
                 isum[c] = _mm256_madd_epi16(p16[c], ones);
                 isum[c] = _mm256_sub_epi32(isum[c], _mm256_set1_epi32(cb[c].sum8));
             }
+#endif
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
         _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
@@ -219,6 +242,118 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
     }
 }
 
+#if FERROX_AVX512
+// ---- AVX-512: many activation rows, 16 weight rows per pass -------------------------------------
+// Groups g and g + 1 (rows 8g..8g+15, adjacent in the output) go through together: one 512-bit
+// register holds the same 32-byte lane of both groups (g in the low half), so every broadcast
+// activation chunk and every instruction serves 16 rows. Per block the group pair is unpacked
+// once into 8 vectors of unsigned bytes, u[j], each against 4 activation bytes at kYOff[j], and
+// a column costs 8 broadcast loads and 8 vpdpbusd (exact 32-bit sums, no saturation).
+//  - Q4_0: u = the nibbles; the sum of q * y minus 8 * sum(y) per column, as on AVX2.
+//  - Q8_0: vpdpbusd multiplies unsigned by signed bytes, so the activations are the unsigned
+//    ones, y + 128 (y ^ 0x80, built once per chunk of columns and blocks), and the signed
+//    weights the other operand; 128 * sum(w) per row, shared by every column, is subtracted.
+// The float step is the AVX2 kernels' ((s * dx) * dy added to the running sum), so each output
+// keeps vec_dot_ref's bits.
+constexpr int64_t kChunkBlocks512 = 16;  // Q8_0's shifted activations: 16 * 64 * 32 B = 32 KiB
+
+template <typename WB>
+struct Wide {
+    static constexpr bool kQ8 = Fmt<WB>::kQ8;
+    // Activation byte offset, within a block, of the 4 bytes that u[j] multiplies.
+    static constexpr int kYOff[8] = {0, kQ8 ? 4 : 16, kQ8 ? 8 : 4, kQ8 ? 12 : 20,
+                                     kQ8 ? 16 : 8, kQ8 ? 20 : 24, kQ8 ? 24 : 12, 28};
+    // The 8 vectors of the group pair's block at p0 (group g) and p1 (group g + 1), in kYOff
+    // order; for Q8_0 also the per-row correction 128 * sum(w).
+    static void unpack(const uint8_t* p0, const uint8_t* p1, __m512i* u, __m512i* corr) {
+        constexpr int64_t h = Fmt<WB>::kHeader;
+        if constexpr (kQ8) {
+            __m512i c = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; ++l) {
+                u[l] = load2x256(p0 + h + 32 * l, p1 + h + 32 * l);
+                c = dpbusd(c, _mm512_set1_epi8(static_cast<char>(0x80)), u[l]);
+            }
+            *corr = c;
+        } else {
+            const __m512i low = _mm512_set1_epi8(15);
+            _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                const __m512i q = load2x256(p0 + h + 32 * l, p1 + h + 32 * l);
+                u[2 * l] = _mm512_and_si512(q, low);
+                u[2 * l + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+            }
+            *corr = _mm512_setzero_si512();
+        }
+    }
+};
+
+template <typename WB>
+void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a, int64_t a_row_bytes,
+                           int64_t n_cols, float* out, int64_t out_stride) {
+    using F = Fmt<WB>;
+    using YB = typename F::YB;
+    using W = Wide<WB>;
+    ColBlock cb[kChunkBlocks512 * kManyCols];
+    // Q8_0: the chunk's activation bytes + 128, [block][column][32].
+    alignas(64) uint8_t yu[W::kQ8 ? kChunkBlocks512 * kManyCols * kQK : 1];
+    alignas(64) float acc[kManyCols * 16];
+    const int64_t pairs = n_rows / 16;
+    for (int64_t c0 = 0; c0 < n_cols; c0 += kManyCols) {
+        const int nc = static_cast<int>(n_cols - c0 < kManyCols ? n_cols - c0 : kManyCols);
+        const uint8_t* ac = a + c0 * a_row_bytes;
+        for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks512) {
+            const int64_t nbk = nb - b0 < kChunkBlocks512 ? nb - b0 : kChunkBlocks512;
+            for (int64_t b = 0; b < nbk; ++b) {
+                for (int c = 0; c < nc; ++c) {
+                    const YB& yb = reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b];
+                    cb[b * nc + c] = col_block<!W::kQ8>(yb);
+                    if constexpr (W::kQ8) {
+                        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
+                        _mm256_store_si256(reinterpret_cast<__m256i*>(yu + (b * nc + c) * kQK),
+                                           _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))));
+                    }
+                }
+            }
+            for (int64_t gp = 0; gp < pairs; ++gp) {
+                float* og = out + c0 * out_stride + 16 * gp;
+                for (int c = 0; c < nc; ++c) {
+                    _mm512_store_ps(acc + 16 * c, b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(og + c * out_stride));
+                }
+                const uint8_t* p0 = w + (2 * gp * nb + b0) * F::kBlockBytes;
+                const uint8_t* p1 = p0 + nb * F::kBlockBytes;
+                for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
+                    const __m512 dx = cvt2x8_f16(p0, p1);
+                    __m512i u[8], corr;
+                    W::unpack(p0, p1, u, &corr);
+                    const ColBlock* e = cb + b * nc;
+                    const uint8_t* yq = W::kQ8 ? yu + b * nc * kQK
+                                               : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
+                    const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
+                    for (int c = 0; c < nc; ++c, yq += ystep) {
+                        // Two chains of 4 (vpdpbusd's latency), joined exactly.
+                        __m512i s0 = W::kQ8 ? _mm512_setzero_si512() : _mm512_set1_epi32(-e[c].sum8);
+                        __m512i s1 = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
+                            if constexpr (W::kQ8) {
+                                s0 = dpbusd(s0, _mm512_set1_epi32(load_i32(yq + W::kYOff[j])), u[j]);
+                                s1 = dpbusd(s1, _mm512_set1_epi32(load_i32(yq + W::kYOff[j + 1])), u[j + 1]);
+                            } else {
+                                s0 = dpbusd(s0, u[j], _mm512_set1_epi32(load_i32(yq + W::kYOff[j])));
+                                s1 = dpbusd(s1, u[j + 1], _mm512_set1_epi32(load_i32(yq + W::kYOff[j + 1])));
+                            }
+                        }
+                        __m512i isum = _mm512_add_epi32(s0, s1);
+                        if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, corr);
+                        const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), dx), _mm512_set1_ps(e[c].dy));
+                        _mm512_store_ps(acc + 16 * c, _mm512_add_ps(_mm512_load_ps(acc + 16 * c), t));
+                    }
+                }
+                for (int c = 0; c < nc; ++c) _mm512_storeu_ps(og + c * out_stride, _mm512_load_ps(acc + 16 * c));
+            }
+        }
+    }
+}
+#endif  // FERROX_AVX512
+
 template <typename WB>
 void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes, int64_t n_cols,
                   float* out, int64_t out_stride) {
@@ -230,6 +365,17 @@ void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64
             for (int64_t r = 0; r < n_rows; ++r) out[c * out_stride + r] = __builtin_nanf("");
         return;
     }
+#if FERROX_AVX512
+    if (n_cols >= kManyColsFrom && n_rows >= 16) {
+        const int64_t rows16 = n_rows / 16 * 16;
+        gemm_many_columns_512<WB>(nb, wp, rows16, ap, a_row_bytes, n_cols, out, out_stride);
+        if (rows16 == n_rows) return;
+        // An odd last group: the 8-row kernels below.
+        wp += rows16 / 8 * nb * Fmt<WB>::kBlockBytes;
+        out += rows16;
+        n_rows -= rows16;
+    }
+#endif
     if constexpr (!Fmt<WB>::kQ8) {
         if (n_cols >= kManyColsFrom) return gemm_many_columns<WB>(nb, wp, n_rows, ap, a_row_bytes, n_cols, out, out_stride);
     }

@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/isa_variant.h"
+
 #include <cstdint>
 #include <cstring>
 
@@ -58,6 +60,26 @@ template <int64_t kBytes, int kHint = _MM_HINT_T0>
 __attribute__((always_inline)) inline void prefetch_ahead(const void* p) {
     prefetch_lines<0, kBytes, kHint>(static_cast<const char*>(p) + kPrefetchAhead);
 }
+
+#if FERROX_AVX512
+// acc + the sums of 4 adjacent products of unsigned u and signed s bytes, per 32-bit lane, with
+// no saturation (VNNI's vpdpbusd): the exact integer maddubs + madd + add computes whenever
+// maddubs does not saturate, in one instruction.
+inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) { return _mm512_dpbusd_epi32(acc, u, s); }
+
+// One 512-bit register from two 256-bit loads: lo in bits 0..255, hi in 256..511.
+inline __m512i load2x256(const void* lo, const void* hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
+                              _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
+}
+// 16 fp16 values, 8 at lo and 8 at hi, as floats.
+inline __m512 cvt2x8_f16(const void* lo, const void* hi) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(lo))),
+        _mm_loadu_si128(static_cast<const __m128i*>(hi)), 1));
+}
+#endif
 
 // fp16 <-> fp32 with F16C (round to nearest even, as tensor/fp16.h).
 inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }

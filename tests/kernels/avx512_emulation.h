@@ -12,3 +12,19 @@
 #define FERROX_EMULATE_AVX512 1
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+
+// vcvtph2ps, 16 lanes: each lane as the 8-lane F16C form converts it.
+static inline simde__m512 ferrox_emu_mm512_cvtph_ps(simde__m256i a) {
+    return simde_mm512_insertf32x8(simde_mm512_castps256_ps512(simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(a))),
+                                   simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(a, 1)), 1);
+}
+#define _mm512_cvtph_ps(a) ferrox_emu_mm512_cvtph_ps(a)
+
+// vcvtdq2ps, 16 lanes: each lane as the 8-lane AVX form converts it (current rounding mode).
+static inline simde__m512 ferrox_emu_mm512_cvtepi32_ps(simde__m512i a) {
+    return simde_mm512_insertf32x8(
+        simde_mm512_castps256_ps512(simde_mm256_cvtepi32_ps(simde_mm512_extracti64x4_epi64(a, 0))),
+        simde_mm256_cvtepi32_ps(simde_mm512_extracti64x4_epi64(a, 1)), 1);
+}
+#define _mm512_cvtepi32_ps(a) ferrox_emu_mm512_cvtepi32_ps(a)
