@@ -138,7 +138,9 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
         const int64_t blk = dtype_info(t).block_elems;
         for (int64_t n : {int64_t{256}, int64_t{576}, int64_t{2048}}) {
             if (n % blk != 0) continue;
-            for (int64_t n_rows : {8, 24}) {
+            // 24 and 72 rows end on an odd group; 48 and 72 fill the 2-pair register blocks of the
+            // AVX-512 kernels (a pair of groups per register) and leave a pair over.
+            for (int64_t n_rows : {8, 24, 48, 72}) {
                 const int64_t row = dtype_row_bytes(t, n);
                 std::vector<uint8_t> w(static_cast<size_t>(row * n_rows)), packed(w.size() + 1, 0xAB);
                 std::vector<float> x(n);
@@ -148,7 +150,8 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
                 }
                 k.repack8(w.data(), n, n_rows, packed.data());
                 ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
-                for (int64_t n_cols : {1, 2, 3, 4, 5, 9}) {
+                // 70 columns: more than one 64-column tile of the prompt kernels.
+                for (int64_t n_cols : {1, 2, 3, 4, 5, 9, 17, 70}) {
                     const int64_t arow = dtype_row_bytes(k.packed_act_type, n) + 8;
                     std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
                     std::vector<uint8_t> plain(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
