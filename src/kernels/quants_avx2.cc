@@ -41,7 +41,11 @@ inline __m256i expand_bits(const uint8_t* p) {
 
 // Sums of 4 adjacent products of unsigned x and signed y bytes, as 8 int32.
 inline __m256i dot_u8i8(__m256i x, __m256i y) {
+#if FERROX_AVX512
+    return dpbusd(_mm256_setzero_si256(), x, y);  // the same sums (no pair saturates, above)
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+#endif
 }
 
 // As dot_u8i8 for signed x: |x| times y with x's sign moved onto y.
@@ -327,80 +331,98 @@ void repack8_q4(const void* src, int64_t n, int64_t n_rows, void* dst) {
     }
 }
 
-template <typename WB>
-void vec_dot_packed8_q4(int64_t n, const void* w, int64_t n_rows, const void* a, float* out) {
+// NC activation rows (a_row_bytes apart) against every group: out[c * out_stride + r].
+template <typename WB, int NC>
+void gemm_packed8_q4_cols(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                          float* out, int64_t out_stride) {
     using P = Packed8<WB>;
     using YB = typename P::YB;
     const int64_t nb = n / kQK;
-    const auto* y = static_cast<const YB*>(a);
+    const YB* y[NC];
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const YB*>(static_cast<const uint8_t*>(a) + c * a_row_bytes);
     // Q4_0: 8 * (sum of the 4 activation bytes of lane l) for every block, shared by all groups.
     constexpr int64_t kMaxBlocks = 1024;  // repack_weights packs rows of at most 32768
-    int32_t ysum8[P::kMin ? 1 : kMaxBlocks * 8];
+    int32_t ysum8[P::kMin ? 1 : kMaxBlocks * 8 * NC];
     if constexpr (!P::kMin) {
         if (nb > kMaxBlocks) {
-            for (int64_t r = 0; r < n_rows; ++r) out[r] = __builtin_nanf("");
+            for (int c = 0; c < NC; ++c)
+                for (int64_t r = 0; r < n_rows; ++r) out[c * out_stride + r] = __builtin_nanf("");
             return;
         }
-        for (int64_t b = 0; b < nb; ++b) {
-            for (int l = 0; l < 8; ++l) {
-                const int8_t* q = y[b].qs + 4 * l;
-                ysum8[b * 8 + l] = 8 * (q[0] + q[1] + q[2] + q[3]);
+        for (int c = 0; c < NC; ++c) {
+            for (int64_t b = 0; b < nb; ++b) {
+                for (int l = 0; l < 8; ++l) {
+                    const int8_t* q = y[c][b].qs + 4 * l;
+                    ysum8[(c * nb + b) * 8 + l] = 8 * (q[0] + q[1] + q[2] + q[3]);
+                }
             }
         }
     }
     const __m256i low = _mm256_set1_epi8(15);
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < n_rows / 8; ++g) {
         const uint8_t* p = static_cast<const uint8_t*>(w) + g * nb * P::kBlockBytes;
-        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-        __m256 off = _mm256_setzero_ps();
+        // acc[c][l]: lane l of ggml's 8 lane accumulators, for the 8 rows, column c.
+        __m256 acc[NC][8], off[NC];
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            off[c] = _mm256_setzero_ps();
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; ++l) acc[c][l] = _mm256_setzero_ps();
+        }
         for (int64_t b = 0; b < nb; ++b, p += P::kBlockBytes) {
             prefetch_ahead<P::kBlockBytes>(p);
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            const __m256 d = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[b].d)));
-            if constexpr (P::kMin) {
-                const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-                off = _mm256_add_ps(off, _mm256_mul_ps(mv, _mm256_set1_ps(f16_to_f32(y[b].s))));
-            }
-            const int8_t* yq = y[b].qs;
-            auto lanes = [&](int l, __m256& lo_acc, __m256& hi_acc) {
-                const __m256i q = load256(p + P::kHeader + 32 * l);
-                int32_t ylo, yhi;
-                std::memcpy(&ylo, yq + 4 * l, 4);
-                std::memcpy(&yhi, yq + 16 + 4 * l, 4);
-                __m256i plo = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_and_si256(q, low), _mm256_set1_epi32(ylo)), ones);
-                __m256i phi = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), _mm256_set1_epi32(yhi)),
-                    ones);
-                if constexpr (!P::kMin) {
-                    plo = _mm256_sub_epi32(plo, _mm256_set1_epi32(ysum8[b * 8 + l]));
-                    phi = _mm256_sub_epi32(phi, _mm256_set1_epi32(ysum8[b * 8 + l + 4]));
+            __m256 d[NC];
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                d[c] = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[c][b].d)));
+                if constexpr (P::kMin) {
+                    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+                    off[c] = _mm256_add_ps(off[c], _mm256_mul_ps(mv, _mm256_set1_ps(f16_to_f32(y[c][b].s))));
                 }
-                lo_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(plo), lo_acc);
-                hi_acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(phi), hi_acc);
-            };
-            lanes(0, c0, c4);
-            lanes(1, c1, c5);
-            lanes(2, c2, c6);
-            lanes(3, c3, c7);
+            }
+            _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                const __m256i q = load256(p + P::kHeader + 32 * l);
+                const __m256i qlo = _mm256_and_si256(q, low);
+                const __m256i qhi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                    const int8_t* yq = y[c][b].qs;
+                    int32_t ylo, yhi;
+                    std::memcpy(&ylo, yq + 4 * l, 4);
+                    std::memcpy(&yhi, yq + 16 + 4 * l, 4);
+                    __m256i plo = dot_u8i8(qlo, _mm256_set1_epi32(ylo));
+                    __m256i phi = dot_u8i8(qhi, _mm256_set1_epi32(yhi));
+                    if constexpr (!P::kMin) {
+                        plo = _mm256_sub_epi32(plo, _mm256_set1_epi32(ysum8[(c * nb + b) * 8 + l]));
+                        phi = _mm256_sub_epi32(phi, _mm256_set1_epi32(ysum8[(c * nb + b) * 8 + l + 4]));
+                    }
+                    acc[c][l] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(plo), acc[c][l]);
+                    acc[c][l + 4] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(phi), acc[c][l + 4]);
+                }
+            }
         }
         // hsum_ps per row: (l0 + l4) + (l2 + l6), plus (l1 + l5) + (l3 + l7); then the offset.
-        const __m256 s04 = _mm256_add_ps(c0, c4), s15 = _mm256_add_ps(c1, c5);
-        const __m256 s26 = _mm256_add_ps(c2, c6), s37 = _mm256_add_ps(c3, c7);
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37));
-        _mm256_storeu_ps(out + 8 * g, P::kMin ? _mm256_add_ps(sum, off) : sum);
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            const __m256 s04 = _mm256_add_ps(acc[c][0], acc[c][4]), s15 = _mm256_add_ps(acc[c][1], acc[c][5]);
+            const __m256 s26 = _mm256_add_ps(acc[c][2], acc[c][6]), s37 = _mm256_add_ps(acc[c][3], acc[c][7]);
+            const __m256 sum = _mm256_add_ps(_mm256_add_ps(s04, s26), _mm256_add_ps(s15, s37));
+            _mm256_storeu_ps(out + c * out_stride + 8 * g, P::kMin ? _mm256_add_ps(sum, off[c]) : sum);
+        }
     }
 }
 
-// gemm_packed8 for Q4_1: the one-column kernel per activation row (8 accumulators per row
-// leave no registers to share the unpacked nibbles across columns).
+// gemm_packed8 for Q4_1. With AVX2's 16 registers, 8 accumulators per activation row leave
+// none to share the unpacked nibbles across columns: one column at a time. AVX-512's 32 take
+// two columns per pass, each group's nibbles unpacked once for both.
 void gemm_packed8_q4_1(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                        int64_t n_cols, float* out, int64_t out_stride) {
-    for (int64_t c = 0; c < n_cols; ++c) {
-        vec_dot_packed8_q4<BlockQ4_1>(n, w, n_rows, static_cast<const uint8_t*>(a) + c * a_row_bytes,
-                                      out + c * out_stride);
-    }
+    const auto* ap = static_cast<const uint8_t*>(a);
+    int64_t c = 0;
+#if FERROX_AVX512
+    for (; c + 2 <= n_cols; c += 2)
+        gemm_packed8_q4_cols<BlockQ4_1, 2>(n, w, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride,
+                                           out_stride);
+#endif
+    for (; c < n_cols; ++c)
+        gemm_packed8_q4_cols<BlockQ4_1, 1>(n, w, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride,
+                                           out_stride);
 }
 
 // ---- K formats ----
