@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
+#include "kernels/quants.h"
+#include "kernels/test_util.h"
 #include "loader/gguf.h"
 #include "loader/gguf_writer.h"
 #include "model/model.h"
@@ -266,6 +268,34 @@ TEST(Forward, ThreadCountChangesNothing) {
         EXPECT_EQ(run_alone(*two.model, longer, 16, 64, kv_type), want);
         EXPECT_EQ(run_alone(*three.model, longer, 16, 64, kv_type), want);
         EXPECT_EQ(run_alone(*two.model, longer, 16, 20, kv_type), want);  // 20, 20, then 5 tokens
+    }
+}
+
+// The AVX-512 kernels (native where the CPU has them, else emulated instruction by instruction)
+// give the AVX2 kernels' logits bit for bit, for every packed weight type, in prompts (many
+// activation rows) and in small chunks (the decode kernels).
+TEST(Forward, Avx512KernelsGiveTheAvx2Bits) {
+    if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 here";
+    kernel_test::install_avx512_emulated();
+    const char* wide = cpu_has_avx512() ? "avx512" : "avx512_emulated";
+    std::vector<int32_t> prompt(45);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 320);
+    for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                       DType::kF16}) {
+        SCOPED_TRACE(dtype_name(type));
+        TinyModelSpec spec;
+        spec.weight_type = type;
+        std::vector<float> want[2], got[2];
+        for (const char* isa : {"avx2", wide}) {
+            kernels_force_isa(isa);  // before the load: the weights are repacked by its table
+            Loaded l = load_tiny(spec, 2);
+            std::vector<float>* out = std::string(isa) == "avx2" ? want : got;
+            out[0] = run_alone(*l.model, prompt, 16, 64);
+            out[1] = run_alone(*l.model, prompt, 16, 3);
+        }
+        kernels_force_isa(kernel_test::best_isa());
+        EXPECT_EQ(got[0], want[0]) << "prompt";
+        EXPECT_EQ(got[1], want[1]) << "chunks of 3";
     }
 }
 
