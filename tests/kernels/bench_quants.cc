@@ -1,8 +1,12 @@
-// Single-thread throughput of the quantized dot products: a 576 x 1536 weight matrix (576
-// rows of 1536, SmolLM2-135M's FFN down projection) times one activation row, in GB/s of
-// weights streamed. Not a test (not registered with ctest):
+// Single-thread throughput of the kernels, per ISA level the CPU has. Not a test (not
+// registered with ctest):
 //   ./build/bin/bench_quants [iterations]
-// The matrix (~0.5 MB in 4-bit) stays in L2, so this measures the kernels, not DRAM.
+// 1. The dot products: a 576 x 1536 weight matrix (576 rows of 1536, SmolLM2-135M's FFN down
+//    projection) times one activation row, in GB/s of weights streamed. The matrix (~0.5 MB
+//    in 4-bit) stays in L2, so this measures the kernels, not DRAM.
+// 2. The packed matrix product (gemm_packed8, what the model runs): a 64 x 2048 tile of a
+//    repacked matrix (the model's per-call tile) against 1 activation row (decode, GB/s of
+//    weights) and 64 (a prompt chunk, billions of multiply-adds per second).
 
 #include <algorithm>
 #include <chrono>
@@ -55,6 +59,39 @@ double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float
     return static_cast<double>(w.size()) / best / 1e9;
 }
 
+// gemm_packed8 on one 64-row tile, n_cols activation rows: seconds per call (best trial).
+double bench_packed(DType t, int64_t n_cols, int iters, float* sink) {
+    const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
+    const int64_t n_rows = 64, n = 2048;
+    const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
+    std::vector<uint8_t> w(static_cast<size_t>(row_bytes * n_rows)), packed(w.size());
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto q = ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, 1 + r, 0.05f));
+        std::copy(q.begin(), q.end(), w.begin() + r * row_bytes);
+    }
+    k.repack8(w.data(), n, n_rows, packed.data());
+    const int64_t a_row = ferrox::dtype_row_bytes(k.packed_act_type, n);
+    std::vector<uint8_t> a(static_cast<size_t>(a_row * n_cols));
+    for (int64_t c = 0; c < n_cols; ++c) {
+        const auto af = ferrox::kernel_test::random_row(n, 777 + c);
+        k.quantize_packed_act_row(af.data(), a.data() + c * a_row, n);
+    }
+    std::vector<float> out(static_cast<size_t>(n_rows * n_cols));
+    auto run = [&] {
+        k.gemm_packed8(n, packed.data(), n_rows, a.data(), a_row, n_cols, out.data(), n_rows);
+        *sink += out[0];
+    };
+    for (int i = 0; i < 3; ++i) run();
+    double best = 1e30;
+    const int per_trial = iters / 10 + 1;
+    for (int trial = 0; trial < 10; ++trial) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < per_trial; ++i) run();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / per_trial);
+    }
+    return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +109,19 @@ int main(int argc, char** argv) {
             std::printf("%-6s %-5s %4lldx%lld  vec_dot %6.2f GB/s  vec_dot_rows %6.2f GB/s\n", isa,
                         std::string(ferrox::dtype_name(t)).c_str(), static_cast<long long>(n_rows),
                         static_cast<long long>(n), gbs, gbs_rows);
+        }
+    }
+    for (const char* isa : {"avx2", "avx512"}) {
+        if (!ferrox::kernels_isa_available(isa)) continue;
+        ferrox::kernels_force_isa(isa);
+        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                        DType::kF16}) {
+            if (ferrox::quant_kernels(t).repack8 == nullptr) continue;
+            const double s1 = bench_packed(t, 1, iters, &sink);
+            const double s64 = bench_packed(t, 64, iters / 8 + 1, &sink);
+            const double bytes = static_cast<double>(ferrox::dtype_row_bytes(t, 2048)) * 64;
+            std::printf("%-6s %-5s gemm_packed8 64x2048  1 col %6.2f GB/s   64 cols %6.1f G mul-add/s\n", isa,
+                        std::string(ferrox::dtype_name(t)).c_str(), bytes / s1 / 1e9, 64.0 * 2048 * 64 / s64 / 1e9);
         }
     }
     return sink == 12345.678f ? 1 : 0;  // keeps the results alive
