@@ -22,6 +22,22 @@ namespace {
 
 using ferrox::DType;
 
+// Seconds per call of run(), after 3 warm-up calls: the best of 10 trials of iters / 10 + 1
+// calls (on a shared machine the fastest trial is the kernel's speed, the slower ones measure
+// the neighbours).
+template <typename Run>
+double best_seconds(Run run, int iters) {
+    for (int i = 0; i < 3; ++i) run();
+    double best = 1e30;
+    const int per_trial = iters / 10 + 1;
+    for (int trial = 0; trial < 10; ++trial) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < per_trial; ++i) run();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / per_trial);
+    }
+    return best;
+}
+
 double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float* sink) {
     const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
     const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
@@ -44,19 +60,7 @@ double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float
         }
         *sink += out[0];
     };
-    for (int i = 0; i < 3; ++i) run();
-    // Best of several trials: on a shared machine the fastest trial is the kernel's speed,
-    // the slower ones measure the neighbours.
-    double best = 1e30;
-    const int per_trial = iters / 10 + 1;
-    for (int trial = 0; trial < 10; ++trial) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < per_trial; ++i) run();
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best = std::min(best, s / per_trial);
-    }
-    return static_cast<double>(w.size()) / best / 1e9;
+    return static_cast<double>(w.size()) / best_seconds(run, iters) / 1e9;
 }
 
 // gemm_packed8 on one 64-row tile, n_cols activation rows: seconds per call (best trial).
@@ -81,15 +85,7 @@ double bench_packed(DType t, int64_t n_cols, int iters, float* sink) {
         k.gemm_packed8(n, packed.data(), n_rows, a.data(), a_row, n_cols, out.data(), n_rows);
         *sink += out[0];
     };
-    for (int i = 0; i < 3; ++i) run();
-    double best = 1e30;
-    const int per_trial = iters / 10 + 1;
-    for (int trial = 0; trial < 10; ++trial) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < per_trial; ++i) run();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / per_trial);
-    }
-    return best;
+    return best_seconds(run, iters);
 }
 
 }  // namespace
