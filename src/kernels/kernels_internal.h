@@ -24,7 +24,7 @@ struct OpsKernels {
     void (*axpy)(float a, const float* x, float* y, int64_t n);
 };
 
-// Each ISA fills a table that starts as a copy of the next lower ISA's table.
+// Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.
 void fill_scalar_quant_kernels(QuantKernels* table);  // kNumWeightTypes entries
 void fill_scalar_ops(OpsKernels* ops);
 // The SIMD table fillers, one namespace per ISA variant (isa_variant.h): the *_avx2.cc files are
@@ -37,7 +37,8 @@ void fill_scalar_ops(OpsKernels* ops);
     void override_packed(QuantKernels* table);        /* packed_avx2.cc: Q4_0, Q8_0 */       \
     void override_packed_kquants(QuantKernels* table); /* Q4_K, Q5_K, Q6_K */                \
     void override_packed_f16(QuantKernels* table);    /* F16 */                              \
-    inline void override_all(QuantKernels* table, OpsKernels* ops) {                       \
+    /* static: no out-of-line copy shared between differently compiled objects */          \
+    static inline void override_all(QuantKernels* table, OpsKernels* ops) {                \
         override_quant_kernels(table);                                                      \
         override_packed(table);                                                             \
         override_packed_kquants(table);                                                     \
