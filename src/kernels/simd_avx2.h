@@ -1,11 +1,12 @@
 #pragma once
-// AVX2 helpers shared by the *_avx2.cc files. Include ONLY from translation units compiled
-// with -mavx2 -mfma -mf16c.
+// SIMD helpers shared by the *_avx2.cc files. Include ONLY from translation units compiled
+// with -mavx2 -mfma -mf16c (plus the AVX-512 flags for the avx512 level, see isa_variant.h).
 //
 // Why everything here has internal linkage, and why those files include no header with
 // inline functions of external linkage (fp16.h, <algorithm>...): an inline function emitted
 // out of line in an AVX2 file is a weak symbol, and the linker may keep that copy for every
-// caller, so baseline code on a CPU without AVX2 would run AVX2 instructions (SIGILL).
+// caller, so baseline code on a CPU without AVX2 would run AVX2 instructions (SIGILL). The
+// ctest KernelsSimdObjects.ExportOnlyTheirTableFillers checks the objects with nm.
 
 #include <immintrin.h>
 
