@@ -237,6 +237,26 @@ inline __m256i kq_quants(const uint8_t* w, int j, int k) {
     }
 }
 
+#if FERROX_AVX512
+// One sub-block with VNNI, for the NC activation blocks y[c]: the exact 32-bit sum over its K
+// quant vectors of quant(k) . (the 4 activation bytes at offset(k)), per row, in one vpdpbusd
+// chain, times the sub-block's scale sc (32-bit, per row), added to sumq[c].
+template <int NC, int K, typename Quant, typename Offset>
+inline void add_vnni_subblock(Quant quant, Offset offset, __m256i sc, const BlockQ8_K* const* y, __m256i* sumq) {
+    __m256i sub[NC];
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) sub[c] = _mm256_setzero_si256();
+    FX_UNROLL
+    for (int k = 0; k < K; ++k) {
+        const __m256i q = quant(k);
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4(y[c]->qs + offset(k)));
+    }
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) sumq[c] = _mm256_add_epi32(sumq[c], _mm256_mullo_epi32(sub[c], sc));
+}
+#endif
+
 // One super-block of a Q4_K/Q5_K group against NC activation blocks y[c]: acc[c] += the
 // block's term, lane r for row r. quants(j, k) gives the quant vectors (see kq_quants).
 template <bool kQ5, int NC, typename Quants>
@@ -252,18 +272,8 @@ inline void kq_superblock(Quants quants, const KqScales& s, __m256 d, __m256 dmi
     // times the sub-block's scale (unsigned 6 bits: the high half of its int16 pair).
     FX_UNROLL
     for (int j = 0; j < 8; ++j) {
-        __m256i sub[NC];
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) sub[c] = _mm256_setzero_si256();
-        FX_UNROLL
-        for (int k = 0; k < 8; ++k) {
-            const __m256i q = quants(j, k);
-            FX_UNROLL
-            for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4(y[c]->qs + 32 * j + 4 * k));
-        }
-        const __m256i sc = _mm256_srli_epi32(s.sc[j], 16);
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) sumq[c] = _mm256_add_epi32(sumq[c], _mm256_mullo_epi32(sub[c], sc));
+        add_vnni_subblock<NC, 8>([&](int k) { return quants(j, k); }, [j](int k) { return 32 * j + 4 * k; },
+                                 _mm256_srli_epi32(s.sc[j], 16), y, sumq);
     }
 #else
     constexpr int kRun = kQ5 ? 4 : 8;
@@ -418,19 +428,9 @@ inline void q6_superblock(Quants quants, const Q6Scales& s, __m256 d, const Bloc
         for (int t = 0; t < 4; ++t) {
             FX_UNROLL
             for (int mh = 0; mh < 2; ++mh) {
-                __m256i sub[NC];
-                FX_UNROLL
-                for (int c = 0; c < NC; ++c) sub[c] = _mm256_setzero_si256();
-                FX_UNROLL
-                for (int m = 4 * mh; m < 4 * mh + 4; ++m) {
-                    const __m256i q = quants(h, m, t);
-                    const int e = 128 * h + 32 * t + 4 * m;
-                    FX_UNROLL
-                    for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4(y[c]->qs + e));
-                }
-                const __m256i sc = _mm256_srai_epi32(s.sc[8 * h + 2 * t + mh], 16);
-                FX_UNROLL
-                for (int c = 0; c < NC; ++c) sumq[c] = _mm256_add_epi32(sumq[c], _mm256_mullo_epi32(sub[c], sc));
+                add_vnni_subblock<NC, 4>([&](int k) { return quants(h, 4 * mh + k, t); },
+                                         [=](int k) { return 128 * h + 32 * t + 4 * (4 * mh + k); },
+                                         _mm256_srai_epi32(s.sc[8 * h + 2 * t + mh], 16), y, sumq);
             }
         }
     }

@@ -370,13 +370,12 @@ void gemm_packed8_q4_cols(int64_t n, const void* w, int64_t n_rows, const void* 
         for (int64_t b = 0; b < nb; ++b, p += P::kBlockBytes) {
             prefetch_ahead<P::kBlockBytes>(p);
             const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-            __m256 d[NC];
+            __m256 d[NC], mv = _mm256_setzero_ps();
+            if constexpr (P::kMin) mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
             _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
                 d[c] = _mm256_mul_ps(dv, _mm256_set1_ps(f16_to_f32(y[c][b].d)));
-                if constexpr (P::kMin) {
-                    const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+                if constexpr (P::kMin)
                     off[c] = _mm256_add_ps(off[c], _mm256_mul_ps(mv, _mm256_set1_ps(f16_to_f32(y[c][b].s))));
-                }
             }
             _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
                 const __m256i q = load256(p + P::kHeader + 32 * l);
