@@ -384,7 +384,7 @@ void Engine::admit() {
                 prefix_hit_tokens_.fetch_add(s.n_cached, std::memory_order_relaxed);
             }
             s.sampler = std::make_unique<Sampler>(s.params.sampling, model_->forward_model().n_vocab());
-            s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop);
+            s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop, s.params.render_special);
         }
         s.kv = std::make_unique<SeqKv>(kv_.get());
         s.kv->adopt(matched);

@@ -42,6 +42,7 @@
 #include "core/status.h"
 #include "engine/histogram.h"
 #include "engine/loaded_model.h"
+#include "engine/request.h"
 #include "engine/sampler.h"
 
 namespace ferrox {
@@ -55,56 +56,6 @@ struct EngineOptions {
     int block_size = 32;          // KV block size, in tokens
     int max_batch_tokens = 512;   // tokens per forward step (decode tokens + prefill chunks)
     int max_queue = 64;           // waiting requests beyond this are refused (HTTP 429)
-};
-
-struct GenerationParams {
-    SamplingParams sampling;
-    int max_tokens = -1;             // -1: until end of generation or the context ceiling
-    std::vector<std::string> stop;   // stop strings (never part of the output)
-    bool ignore_eos = false;
-    int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
-    bool cache_prompt = true;        // false: neither reuse cached KV nor publish this request's
-};
-
-enum class FinishReason { kStop, kLength, kCancelled, kError };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
-
-struct TokenLogprob {
-    int32_t token = 0;
-    float logprob = 0;
-    std::vector<std::pair<int32_t, float>> top;  // best alternatives, most likely first
-};
-
-struct EngineEvent {
-    enum class Kind {
-        kText,      // new visible text (possibly empty) and the tokens behind it
-        kProgress,  // a prefill chunk was processed (lets streams send keep-alives)
-        kDone,      // the last event of a request
-    };
-    Kind kind = Kind::kText;
-    std::string text;
-    std::vector<TokenLogprob> logprobs;  // kText with logprobs requested
-    // kDone:
-    FinishReason finish = FinishReason::kStop;
-    Status error;  // when finish == kError
-    int n_prompt = 0, n_completion = 0, n_cached = 0;
-    std::string stop_matched;
-};
-
-// Called on the engine thread for every event of one request, in order; must not block.
-using EventSink = std::function<void(EngineEvent&&)>;
-
-class RequestHandle {
-public:
-    explicit RequestHandle(uint64_t id) : id_(id) {}
-    uint64_t id() const { return id_; }
-    // Any thread; the request ends at the engine's next step with finish kCancelled.
-    void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
-    bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
-
-private:
-    uint64_t id_;
-    std::atomic<bool> cancelled_{false};
 };
 
 class Engine {

@@ -18,8 +18,8 @@ size_t stop_prefix_holdback(const std::string& text, const std::vector<std::stri
     return best;
 }
 
-TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stop)
-    : decoder_(tok), stop_(std::move(stop)) {
+TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stop, bool special)
+    : decoder_(tok, IncrementalDecoder::Options{.special = special}), stop_(std::move(stop)) {
     stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
 }
 

@@ -17,7 +17,8 @@ namespace ferrox {
 
 class TextStream {
 public:
-    TextStream(const Tokenizer& tok, std::vector<std::string> stop);
+    // special: control tokens are rendered as their text (markup a stream parser reads).
+    TextStream(const Tokenizer& tok, std::vector<std::string> stop, bool special = false);
 
     struct Delta {
         std::string text;      // safe to send now

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "server/json_body.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -333,8 +334,9 @@ bool normalize_messages(const json& body, json* out, ApiError* err) {
         } else if (content->is_array()) {
             std::string text;
             for (const auto& part : *content) {
-                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-                    !part["text"].is_string()) {
+                const auto type = part.is_object() ? part.find("type") : part.end();
+                if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
+                    !part.contains("text") || !part["text"].is_string()) {
                     *err = bad_param(where + ".content", "Unsupported content part in '" + where +
                                                             ".content': only {\"type\": \"text\"} parts are supported.");
                     return false;
@@ -803,7 +805,12 @@ void ApiServer::State::route_chat(const json& body, std::shared_ptr<HttpResponde
             send_error(*res, wrong_type("prompt", "a string or an array of token ids", *one));
             return;
         }
-        if (body.value("echo", false)) {
+        bool echo = false;
+        if (!get_bool(body, "echo", &echo, &err)) {
+            send_error(*res, err);
+            return;
+        }
+        if (echo) {
             send_error(*res, bad_param("echo", "'echo' is not supported."));
             return;
         }
@@ -932,6 +939,13 @@ void ApiServer::State::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> 
     }
     if (route->method == std::string("GET")) {
         route_models(*res);
+        return;
+    }
+    if (const int depth = json_nesting_depth(req.body); depth > kMaxJsonDepth) {
+        ApiError e;
+        e.message = "The JSON body of your request nests deeper than " + std::to_string(kMaxJsonDepth) +
+                    " levels, the limit of this server.";
+        send_error(*res, e);
         return;
     }
     json body = json::parse(req.body, nullptr, false);

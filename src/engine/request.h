@@ -1,0 +1,71 @@
+#pragma once
+// What crosses from the server into the engine and back: a request's generation parameters,
+// the events of its answer and the handle that cancels it. Nothing here names the model, the
+// tokenizer or the KV pool, so protocol adapters include this and never engine.h.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+
+namespace ferrox {
+
+struct GenerationParams {
+    SamplingParams sampling;
+    int max_tokens = -1;             // -1: until end of generation or the context ceiling
+    std::vector<std::string> stop;   // stop strings (never part of the output)
+    bool ignore_eos = false;
+    int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
+    bool cache_prompt = true;        // false: neither reuse cached KV nor publish this request's
+    // Render control tokens' text (tool-call and reasoning markup that the vocab stores as
+    // control tokens, e.g. gpt-oss's <|channel|>); end-of-generation tokens are never text.
+    bool render_special = false;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // best alternatives, most likely first
+};
+
+struct EngineEvent {
+    enum class Kind {
+        kText,      // new visible text (possibly empty) and the tokens behind it
+        kProgress,  // a prefill chunk was processed (lets streams send keep-alives)
+        kDone,      // the last event of a request
+    };
+    Kind kind = Kind::kText;
+    std::string text;
+    std::vector<TokenLogprob> logprobs;  // kText with logprobs requested
+    // kDone:
+    FinishReason finish = FinishReason::kStop;
+    Status error;  // when finish == kError
+    int n_prompt = 0, n_completion = 0, n_cached = 0;
+    std::string stop_matched;
+};
+
+// Called on the engine thread for every event of one request, in order; must not block.
+using EventSink = std::function<void(EngineEvent&&)>;
+
+class RequestHandle {
+public:
+    explicit RequestHandle(uint64_t id) : id_(id) {}
+    uint64_t id() const { return id_; }
+    // Any thread; the request ends at the engine's next step with finish kCancelled.
+    void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+    bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+private:
+    uint64_t id_;
+    std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace ferrox

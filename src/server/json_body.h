@@ -1,0 +1,24 @@
+#pragma once
+// Client JSON, bounded: request bodies are parsed only after a scan that enforces a nesting
+// depth limit without recursion, so no client-controlled depth ever reaches a recursive
+// function (nlohmann copies, dumps and compares nested values recursively; a body of 80,000
+// '[' overflowed the stack). Parsing itself never throws: failures are values.
+//
+// Threading: pure functions.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ferrox {
+
+// Deeper JSON is refused. Tool schemas nest a few levels per property; 64 leaves room for any
+// real one while keeping every recursive walk over a parsed value a few KB of stack.
+constexpr int kMaxJsonDepth = 64;
+
+// The nesting depth of the JSON text (0 for a scalar), counting '[' and '{' outside strings,
+// in one pass; stops counting at `limit` + 1. Malformed text gives some depth too: the parser
+// rejects it afterwards.
+int json_nesting_depth(std::string_view text, int limit = kMaxJsonDepth);
+
+}  // namespace ferrox
