@@ -150,6 +150,81 @@ TWO_RESULTS = [
     {"role": "tool", "tool_call_id": "call00003", "name": "search_web", "content": "No events found."},
 ]
 
+# Tool-call histories with nested schemas whose keys are deliberately not sorted (so any
+# re-sorting of objects, in `tojson` or in loops over properties, shows in the output), calls
+# whose arguments are objects (as HF passes them), results carrying tool_call_id and name, and
+# a final user turn after the tool exchange.
+NESTED_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "book_flight",
+            "description": "Book a flight for one or more passengers.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "route": {"type": "object", "description": "Where and when to fly",
+                              "properties": {"to": {"type": "string", "description": "Destination IATA code"},
+                                             "from": {"type": "string", "description": "Origin IATA code"},
+                                             "date": {"type": "string", "format": "date"}},
+                              "required": ["to", "from"]},
+                    "passengers": {"type": "array", "description": "Who is flying",
+                                   "items": {"type": "object",
+                                             "properties": {"name": {"type": "string"},
+                                                            "age": {"type": "integer", "minimum": 0}},
+                                             "required": ["name"]}},
+                    "cabin": {"type": "string", "enum": ["economy", "business", "first"], "default": "economy"},
+                    "max_price": {"type": "number", "description": "Upper bound in EUR", "exclusiveMinimum": 0},
+                },
+                "required": ["route", "passengers"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    TOOLS[0],
+]
+FLIGHT_USER = {"role": "user", "content": "Book Ada (36) on a business flight from Paris to Tokyo on 1 Feb."}
+FLIGHT_CALL = {  # empty content, so templates that concatenate message.content render it
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [{"id": "call10001", "type": "function",
+                    "function": {"name": "book_flight",
+                                 "arguments": {"route": {"to": "NRT", "from": "CDG", "date": "2025-02-01"},
+                                               "passengers": [{"name": "Ada", "age": 36}],
+                                               "cabin": "business"}}}],
+}
+FLIGHT_CALL_NULL = dict(FLIGHT_CALL, content=None)  # as OpenAI clients send a call-only turn
+FLIGHT_RESULT = {"role": "tool", "tool_call_id": "call10001", "name": "book_flight",
+                 "content": "{\"status\": \"confirmed\", \"booking\": {\"ref\": \"XK42\", \"price\": 1234.5}}"}
+FLIGHT_ANSWER = {"role": "assistant", "content": "Booked: reference XK42, 1234.5 EUR."}
+PARALLEL_USER = {"role": "user", "content": "Check the Tokyo weather and book her on to Osaka."}
+FINAL_USER = {"role": "user", "content": "Thanks! Will it rain in Tokyo when she lands?"}
+PARALLEL_CALLS = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [
+        {"id": "call10002", "type": "function",
+         "function": {"name": "get_current_weather", "arguments": {"unit": "celsius", "location": "Tokyo, Japan"}}},
+        {"id": "call10003", "type": "function",
+         "function": {"name": "book_flight",
+                      "arguments": {"route": {"to": "KIX", "from": "NRT"}, "passengers": [{"name": "Ada"}],
+                                    "max_price": 150}}},
+    ],
+}
+# The same calls with arguments as JSON strings (what an OpenAI client sends), for templates
+# such as functionary's that only concatenate strings.
+PARALLEL_CALLS_STR = dict(PARALLEL_CALLS, tool_calls=[
+    {"id": c["id"], "type": c["type"],
+     "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"])}}
+    for c in PARALLEL_CALLS["tool_calls"]])
+PARALLEL_RESULTS = [
+    {"role": "tool", "tool_call_id": "call10002", "name": "get_current_weather",
+     "content": "{\"temperature\": 9, \"condition\": \"rain\"}"},
+    {"role": "tool", "tool_call_id": "call10003", "name": "book_flight",
+     "content": "{\"status\": \"confirmed\", \"booking\": {\"ref\": \"KX07\", \"price\": 99}}"},
+]
+PARALLEL_ANSWER = {"role": "assistant", "content": "Rain and 9 °C in Tokyo; the Osaka leg is booked (KX07)."}
+
 CONVERSATIONS = {
     "system_user": ([SYSTEM, USER1], None),
     "user_only": ([USER1], None),
@@ -172,6 +247,14 @@ CONVERSATIONS = {
     "reasoning_content": ([USER1, {"role": "assistant", "content": "Hi!", "reasoning_content": "Greet back."},
                            USER2], None),
     "content_parts": ([{"role": "user", "content": [{"type": "text", "text": "Describe this."}]}], None),
+    "tool_history_nested": ([SYSTEM, FLIGHT_USER, FLIGHT_CALL, FLIGHT_RESULT, FLIGHT_ANSWER, FINAL_USER],
+                            NESTED_TOOLS),
+    "tool_history_then_user": ([FLIGHT_USER, FLIGHT_CALL_NULL, FLIGHT_RESULT, FINAL_USER], NESTED_TOOLS),
+    "tool_history_parallel": ([SYSTEM, FLIGHT_USER, FLIGHT_CALL, FLIGHT_RESULT, FLIGHT_ANSWER, PARALLEL_USER,
+                               PARALLEL_CALLS] + PARALLEL_RESULTS + [PARALLEL_ANSWER, FINAL_USER],
+                              NESTED_TOOLS),
+    "tool_history_parallel_str": ([PARALLEL_USER, PARALLEL_CALLS_STR] + PARALLEL_RESULTS + [PARALLEL_ANSWER, FINAL_USER],
+                                  NESTED_TOOLS),
 }
 
 # Template-specific keyword arguments a caller must give (firefunction reads `functions` and
@@ -188,6 +271,8 @@ TOKEN_VARIANTS = [("", "<|endoftext|>"), ("<|begin_of_text|>", "<|eot_id|>")]
 # Jinja semantics spot checks (template, context), rendered into tests/chat/jinja_semantics.json
 # for jinja_semantics_test: Python values, whitespace control, scoping, filters, tests, methods,
 # and errors (which the C++ side must also report).
+KEY_ORDER_CTX = {"d": {"zeta": {"y": 1, "b": 2, "k": 0}, "alpha": [2, 1], "mid": {"q": None, "c": True}}}
+
 SEMANTIC_CASES = [
  ("  {% if true %}\n  x\n  {% endif %}\n", {}),
  ("a\n  {#- c #}\n b {{- 1 }}  \n", {}),
@@ -261,11 +346,36 @@ SEMANTIC_CASES = [
  ("{{ none }} {{ true }} {{ false }} {{ [true, none] }}", {}),
  ("{{ strftime_now('%Y-%m-%d %H:%M') }} {{ strftime_now('%d %b %Y') }} {{ strftime_now('%B %d, %Y') }}", {}),
  ("{% generation %}gen {{ 1 }}{% endgeneration %}", {}),
+
+ # Key order: dicts keep insertion order everywhere, as tool schemas need (the context's
+ # `d` has unsorted keys and a nested unsorted object).
+ ("{% for k in d %}{{ k }},{% endfor %}|{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k, v in d|items %}{{ k }},{% endfor %}|{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d|list }} {{ d|first }} {{ d|length }} {{ d|join(',') }}", KEY_ORDER_CTX),
+ ("{{ d }}|{{ d|string }}|{{ d|tojson }}|{{ d|tojson(sort_keys=true) }}|{{ d.zeta|dictsort }} {{ d|dictsort|map('first')|list }} {{ d|dictsort(reverse=true)|map('first')|list }} {{ d.zeta|dictsort(by='value') }} {{ d|sort }} {{ d|reverse|list }} {{ d|map('upper')|list }}", KEY_ORDER_CTX),
+ ("{{ d|tojson(indent=2) }}\n{{ d|tojson(indent=2, sort_keys=true) }}\n{{ d.zeta|tojson(separators=(',', ':')) }}", KEY_ORDER_CTX),
+ ("{% for name, p in t.parameters.properties.items() %}{{ name }}:{{ p.type }}:{{ p|tojson }}\n{% endfor %}{% for k in t.parameters %}{{ k }} {% endfor %}{{ t.parameters.properties.keys()|join(',') }}", {"t": {"parameters": {"type": "object", "required": ["z"], "properties": {"z": {"type": "string", "enum": ["b", "a"]}, "a": {"type": "object", "properties": {"y": {"type": "integer", "minimum": 1}, "b": {"description": "B", "type": "boolean"}}}, "m": {"type": "array", "items": {"type": "number"}}}}}}),
+ ("{% set x = {'b': 1, 'a': 2, 'c': {'z': 1, 'y': 2}} %}{{ x }} {{ x|tojson }} {{ x.keys()|list }} {% for k, v in x.items() %}{{ k }}{% endfor %} {{ dict(z=1, a=2, m=3)|tojson }} {{ {'b': 1, 'a': 2, 'b': 3} }} {{ {'é': 1, 'z': 2, 'A': 3, 'a': 4}|tojson(sort_keys=true) }} {{ {'b': 1, 'A': 2, 'a': 3}|dictsort }} {{ {'b': 1, 'A': 2, 'a': 3}|dictsort(true) }}", {}),
+ ("{{ dict(d.zeta, y=5, a=6)|tojson }} {{ dict(d.zeta) }} {{ dict(b=1, a=2) }} {{ dict() }}", KEY_ORDER_CTX),
+ ("{{ d.mid|tojson }} {{ (d.mid|items|list)[0] }} {{ d.mid.items()|map('last')|list }}", KEY_ORDER_CTX),
+ # printf-style formatting, the `format` filter and `%`: flags, width, precision, conversions
+ ("{{ '%s: %d'|format('a', 3) }}|{{ '%-10s|%05.2f'|format('ab', 3.14159) }}|{{ '%+d % d %+.3e'|format(5, 7, 12345.678) }}|{{ '%#x %#o %X %#X %x %o'|format(255, 8, 255, 255, -255, -8) }}|{{ '%5.1f%%'|format(99.44) }}|{{ '%r %r %r %r'|format('a', 1, none, [1, 'b']) }}", {}),
+ ("{{ '%c%c%c'|format(65, 'z', 233) }}|{{ '%g %g %g %g %G %g'|format(0.0001, 1e-5, 123456789, 1.5, 1e20, 100000) }}|{{ '%#g|%#.3g|%.3g|%.0g|%#x'|format(1.0, 3, 1234567, 0.5, 0) }}|{{ '%i|%5i|%-5i|%u'|format(3, 4, 5, -6) }}", {}),
+ ("{{ '%*d|%-*d|%.*f|%*s|%.*s'|format(5, 1, 4, 2, 3, 3.14159, -4, 'x', 2, 'abc') }}|{{ '%e %E %.0e %#.0e %.2e %10.3E'|format(0, 1e100, 15, 15, 12345.678, -0.000123) }}|{{ '%.0f %.0f %.0f %#.0f %f %F'|format(0.5, 1.5, 2.5, 3, 1e20, 1.25) }}", {}),
+ ("{{ '%d|%d|%d|%d|%s|%s|%s'|format(3.99, -3.99, true, 1e20, true, none, 1.0) }}|{{ '%.2s|%5s|%-5s|%5.1s|'|format('abcdef', 'é', 'é', 'héllo') }}|{{ '%010.3f|%+05d|%-05d|% 05d|%-+6.3d|%.3d|%#.5x|%#06x'|format(-3.14159, 42, 42, 42, 5, 5, 255, 255) }}", {}),
+ ("{% set inf, ninf, nan = fl[0]|float, fl[1]|float, fl[2]|float %}{{ '%05f|%-6F|%+f|%5.1e|%g'|format(inf, inf, nan, ninf, nan) }}|{{ '%hd %ld %Lf'|format(1, 2, 3) }}|{{ '%a %a'|format('é😀', 'x') }}|{{ '%(name)s is %(age)03d|%(name)r'|format(name='Bo', age=7) }}|{{ '%-5c|%05s|%05c|%5r|'|format('x', 'ab', 'y', 1) }}|{{ '%s'|format(u) }}|{{ '100%%'|format() }}", {"fl": ["inf", "-inf", "nan"]}),
+ ("{{ '%s' % 'x' }}|{{ '%s' % (1,) }}|{{ '%s-%s' % (1, 'b') }}|{{ '%s' % [1, 2] }}|{{ '%s' % {'a': 1} }}|{{ '%d%%' % 50 }}|{{ '%-10s|%05.2f' % ('x', 2.345) }}|{{ '%(name)s=%(v)5.1f' % {'name': 'n', 'v': 2.25} }}|{{ 'abc' % () }}|{{ 'abc' % [] }}|{{ 'abc' % {'a': 1} }}|{{ '%s' % u }}|{{ '%x %X %o %c %r %i' % (255, 255, 8, 97, 'q', 7) }}|{{ '%(a)s %(a)r %%' % d }}", {"d": {"a": "é"}}),
+ ("{{ [u, 1] }}|{{ {'a': u} }}|{{ '%r|%10a|%s|' % (u, u, u) }}", {}),
+ ("{{ '%.3g|%10.4f|%-10.2e|%+.1f' % (x, x, x, x) }}|{{ '%s|%r' % (s, s) }}", {"x": 2.0 / 3.0, "s": "it's \"q\"\n"}),
  # errors
  ("{{ 'a' + 1 }}", {}), ("{{ u + 'a' }}", {}), ("{{ u.x }}", {}), ("{{ [1].append(2) }}", {}),
  ("{{ 1 // 0 }}", {}), ("{{ none|tojson }}{{ u|tojson }}", {}), ("{{ 1 < 'a' }}", {}),
  ("{{ raise_exception('boom') }}", {}), ("{% set x = 1 %}{% set x.y = 2 %}", {}), ("{{ 5|items|list }}", {}),
  ("{% for x in 5 %}{% endfor %}", {}), ("{{ {'a':1}.update({}) }}", {}),
+ ("{{ '%d' % 'x' }}", {}), ("{{ '%x' % 3.5 }}", {}), ("{{ '%f' % 'x' }}", {}), ("{{ '%c' % 'ab' }}", {}),
+ ("{{ '%c' % 1114112 }}", {}), ("{{ '%s %s' % (1,) }}", {}), ("{{ '%s' % (1, 2) }}", {}), ("{{ '%z' % 1 }}", {}),
+ ("{{ '%' % () }}", {}), ("{{ '%(a)s' % {} }}", {}), ("{{ '%(a)s' % (1,) }}", {}), ("{{ 'abc' % 5 }}", {}),
+ ("{{ '%%' % 5 }}", {}), ("{{ '%d' % none }}", {}), ("{{ '%d' % u }}", {}), ("{{ '%*d' % ('a', 1) }}", {}),
+ ("{{ '%(a' % {} }}", {}), ("{{ '%5%' % (1,) }}", {}), ("{{ '%s %s' % [1, 2] }}", {}), ("{{ '%s'|format(1, k=2) }}", {}),
+ ("{{ '%s'|format() }}", {}), ("{{ '%d'|format('3') }}", {}),
 ]
 
 

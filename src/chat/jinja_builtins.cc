@@ -297,6 +297,394 @@ Value get_path(Interp& in, const Expr& at, Value v, const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// printf-style formatting (Python's str % args), following CPython's PyUnicode_Format step by
+// step (unicode_format_arg_parse / _format / _output), since tool prompts print numbers with it.
+
+struct PercentSpec {
+    bool ljust = false;  // '-'
+    bool sign = false;   // '+'
+    bool blank = false;  // ' '
+    bool alt = false;    // '#'
+    bool zero = false;   // '0'
+    int64_t width = -1;
+    int64_t prec = -1;
+    char conv = 0;
+};
+
+// Pads one converted value to the spec's width (unicode_format_arg_output). `numeric` bodies
+// may start with '-' and, for %#x/%#o, carry their 0x/0o prefix right after the sign: the sign
+// and prefix go before zero padding and after space padding, as in Python.
+void percent_pad(std::string& out, std::string_view body, const PercentSpec& sp, bool numeric) {
+    size_t pos = 0;
+    int64_t len = static_cast<int64_t>(utf8_length(body));
+    char sign = 0;
+    if (numeric) {
+        if (!body.empty() && (body[0] == '-' || body[0] == '+')) {
+            sign = body[0];
+            ++pos;
+            --len;
+        } else if (sp.sign) {
+            sign = '+';
+        } else if (sp.blank) {
+            sign = ' ';
+        }
+    }
+    const char fill = numeric && sp.zero ? '0' : ' ';
+    int64_t width = std::max(sp.width, len);
+    if (sign) {
+        if (fill != ' ') out += sign;
+        if (width > len) --width;
+    }
+    const bool prefix = numeric && sp.alt && (sp.conv == 'x' || sp.conv == 'X' || sp.conv == 'o');
+    if (prefix) {
+        if (fill != ' ') {
+            out.append(body.substr(pos, 2));
+            pos += 2;
+        }
+        width = std::max<int64_t>(width - 2, 0);
+        len -= 2;
+    }
+    if (width > len && !sp.ljust) {
+        out.append(static_cast<size_t>(width - len), fill);
+        width = len;
+    }
+    if (fill == ' ') {
+        if (sign) out += sign;
+        if (prefix) {
+            out.append(body.substr(pos, 2));
+            pos += 2;
+        }
+    }
+    out.append(body.substr(pos));
+    if (width > len) out.append(static_cast<size_t>(width - len), ' ');
+}
+
+// %d/%i/%u/%x/%X/%o of an integer given as sign + digits (_PyUnicode_FormatLong): precision
+// zero-pads the digits; '#' adds 0x/0X/0o.
+std::string percent_int_body(bool negative, std::string digits, const PercentSpec& sp) {
+    if (sp.prec > static_cast<int64_t>(digits.size()))
+        digits.insert(0, static_cast<size_t>(sp.prec) - digits.size(), '0');
+    std::string r = negative ? "-" : "";
+    if (sp.alt && sp.conv != 'd' && sp.conv != 'i' && sp.conv != 'u')
+        r += sp.conv == 'o' ? "0o" : sp.conv == 'X' ? "0X" : "0x";
+    r += digits;
+    if (sp.conv == 'X') r = str_upper(r);
+    return r;
+}
+
+std::string digits_of(uint64_t mag, int base) {
+    static const char kDigits[] = "0123456789abcdef";
+    std::string d;
+    do {
+        d += kDigits[mag % static_cast<uint64_t>(base)];
+        mag /= static_cast<uint64_t>(base);
+    } while (mag);
+    std::reverse(d.begin(), d.end());
+    return d;
+}
+
+// %e/%f/%g (and upper-case forms) of a double: glibc's printf and CPython's dtoa both round
+// correctly, so the digits agree; inf/nan are spelled as Python does (no "-nan").
+std::string percent_float_body(double x, const PercentSpec& sp) {
+    const bool upper = sp.conv == 'E' || sp.conv == 'F' || sp.conv == 'G';
+    if (!std::isfinite(x)) {
+        std::string r = std::isnan(x) ? "nan" : (x < 0 ? "-inf" : "inf");
+        return upper ? str_upper(r) : r;
+    }
+    int prec = sp.prec < 0 ? 6 : static_cast<int>(sp.prec);
+    char fmt[8] = "%";
+    size_t n = 1;
+    if (sp.alt) fmt[n++] = '#';
+    fmt[n++] = '.';
+    fmt[n++] = '*';
+    fmt[n++] = sp.conv;
+    fmt[n] = 0;
+    int need = std::snprintf(nullptr, 0, fmt, prec, x);
+    std::string r(static_cast<size_t>(std::max(need, 0)) + 1, '\0');
+    std::snprintf(r.data(), r.size(), fmt, prec, x);
+    r.resize(static_cast<size_t>(std::max(need, 0)));
+    return r;
+}
+
+// ascii(v): repr with every non-ASCII code point escaped as \xhh, \uhhhh or \Uhhhhhhhh.
+std::string ascii_repr(const Value& v) {
+    std::string rep, r;
+    append_repr(rep, v);
+    for (size_t i = 0; i < rep.size();) {
+        uint32_t cp = utf8_next(rep, i);
+        if (cp < 0x80) {
+            r += static_cast<char>(cp);
+            continue;
+        }
+        char buf[16];
+        if (cp < 0x100)
+            std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+        else if (cp < 0x10000)
+            std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+        else
+            std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+        r += buf;
+    }
+    return r;
+}
+
+// Converts one value by its spec and appends it padded (unicode_format_arg_format).
+// conv_cp and conv_index (in code points) name the conversion character in errors.
+bool percent_convert(Interp& in, const Expr& at, const Value& v, const PercentSpec& sp,
+                     uint32_t conv_cp, int64_t conv_index, std::string* out) {
+    auto need_defined = [&] {
+        if (!v.is_undefined()) return true;
+        in.fail_undefined(at.line, v);
+        return false;
+    };
+    std::string body;
+    bool numeric = false;
+    switch (sp.conv) {
+        case 's':
+        case 'r':
+        case 'a': {
+            if (sp.conv == 's')
+                body = to_str(v);
+            else if (sp.conv == 'r')
+                append_repr(body, v);
+            else
+                body = ascii_repr(v);
+            if (sp.prec >= 0) body.resize(std::min(body.size(), byte_offset(body, sp.prec)));
+            break;
+        }
+        case 'c': {
+            if (v.is_int() || v.is_bool()) {
+                int64_t cp = v.as_int();
+                if (cp < 0 || cp > 0x10FFFF) {
+                    in.fail(at.line, "%c arg not in range(0x110000)");
+                    return false;
+                }
+                utf8_append(body, static_cast<uint32_t>(cp));
+            } else if (v.is_string() && utf8_length(v.str()) == 1) {
+                body = v.str();
+            } else {
+                if (!need_defined()) return false;
+                in.fail(at.line, "%c requires int or char");
+                return false;
+            }
+            break;
+        }
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o': {
+            numeric = true;
+            const bool decimal = sp.conv == 'd' || sp.conv == 'i' || sp.conv == 'u';
+            if (!need_defined()) return false;
+            if (v.is_int() || v.is_bool()) {
+                int64_t i = v.as_int();
+                // Magnitude through unsigned arithmetic: -INT64_MIN does not fit in int64.
+                uint64_t mag = i < 0 ? ~static_cast<uint64_t>(i) + 1 : static_cast<uint64_t>(i);
+                int base = decimal ? 10 : sp.conv == 'o' ? 8 : 16;
+                body = percent_int_body(i < 0, digits_of(mag, base), sp);
+            } else if (v.is_float() && decimal) {
+                // int(x): truncation; "%.0f" prints an integral double's digits exactly, so
+                // floats beyond int64 print as Python's big ints do.
+                double x = v.as_double();
+                if (!std::isfinite(x)) {
+                    in.fail(at.line, std::isnan(x) ? "cannot convert float NaN to integer"
+                                                   : "cannot convert float infinity to integer");
+                    return false;
+                }
+                x = std::trunc(x);
+                char buf[400];
+                std::snprintf(buf, sizeof buf, "%.0f", std::fabs(x));
+                body = percent_int_body(x < 0, buf, sp);
+            } else {
+                in.fail(at.line, std::string("%") + sp.conv +
+                                     " format: " + (decimal ? "a real number" : "an integer") +
+                                     " is required, not " + type_name(v));
+                return false;
+            }
+            break;
+        }
+        case 'e':
+        case 'E':
+        case 'f':
+        case 'F':
+        case 'g':
+        case 'G':
+            numeric = true;
+            if (!need_defined()) return false;
+            if (!v.is_number()) {
+                in.fail(at.line, std::string("must be real number, not ") + type_name(v));
+                return false;
+            }
+            body = percent_float_body(v.as_double(), sp);
+            break;
+        default: {
+            std::string shown;
+            utf8_append(shown, conv_cp);
+            char hex[16];
+            std::snprintf(hex, sizeof hex, "0x%x", conv_cp);
+            in.fail(at.line, "unsupported format character '" + shown + "' (" + hex +
+                                 ") at index " + std::to_string(conv_index));
+            return false;
+        }
+    }
+    percent_pad(*out, body, sp, numeric);
+    return true;
+}
+
+}  // namespace
+
+bool py_percent_format(Interp& in, const Expr& at, std::string_view f, const Value& args,
+                       std::string* out) {
+    const bool is_tuple = args.is_array() && args.arr().is_tuple;
+    // CPython accepts %(key)s when the argument has __getitem__ and is neither a tuple nor a
+    // str (so a list or jinja's Undefined counts), and then skips the "not all arguments
+    // converted" check.
+    const bool mapping = args.is_object() || (args.is_array() && !is_tuple) || args.is_undefined();
+    // The argument cursor: `cur` is a tuple walked by argidx, or (arglen < 0) one value that
+    // argidx -2 says is still unused.
+    Value cur = args;
+    int64_t arglen = is_tuple ? static_cast<int64_t>(args.arr().items.size()) : -1;
+    int64_t argidx = is_tuple ? 0 : -2;
+    auto next_arg = [&](Value* v) {
+        if (argidx < arglen) {
+            int64_t i = argidx++;
+            *v = arglen < 0 ? cur : cur.arr().items[static_cast<size_t>(i)];
+            return true;
+        }
+        in.fail(at.line, "not enough arguments for format string");
+        return false;
+    };
+    // A width or precision beyond the output cap could only fail later, after allocating.
+    const int64_t max_field = static_cast<int64_t>(in.options().max_output_bytes);
+    auto star_arg = [&](int64_t* n) {
+        Value v;
+        if (!next_arg(&v)) return false;
+        if (!v.is_int() && !v.is_bool()) {
+            in.fail(at.line, "* wants int");
+            return false;
+        }
+        *n = v.as_int();
+        return true;
+    };
+    auto digits = [&](size_t* i, int64_t* n) {
+        *n = 0;
+        while (*i < f.size() && f[*i] >= '0' && f[*i] <= '9') {
+            *n = *n * 10 + (f[*i] - '0');
+            if (*n > max_field) return false;
+            ++*i;
+        }
+        return true;
+    };
+    auto too_wide = [&] {
+        in.fail_limit(at.line, "format width or precision too large");
+        return false;
+    };
+    for (size_t i = 0; i < f.size();) {
+        size_t pct = f.find('%', i);
+        if (pct == std::string_view::npos) pct = f.size();
+        out->append(f.substr(i, pct - i));
+        if (pct == f.size()) break;
+        i = pct + 1;
+        if (i < f.size() && f[i] == '%') {
+            *out += '%';
+            ++i;
+            continue;
+        }
+        PercentSpec sp;
+        if (i < f.size() && f[i] == '(') {
+            if (!mapping) {
+                in.fail(at.line, "format requires a mapping");
+                return false;
+            }
+            size_t key_start = ++i;
+            int depth = 1;
+            while (i < f.size() && depth > 0) {
+                if (f[i] == ')')
+                    --depth;
+                else if (f[i] == '(')
+                    ++depth;
+                ++i;
+            }
+            if (depth > 0) {
+                in.fail(at.line, "incomplete format key");
+                return false;
+            }
+            std::string key(f.substr(key_start, i - 1 - key_start));
+            cur = in.getitem(args, Value::string(key), at);
+            if (in.failed()) return false;
+            if (cur.is_undefined()) {
+                in.fail(at.line, "KeyError: '" + key + "'");
+                return false;
+            }
+            arglen = -1;
+            argidx = -2;
+        }
+        for (; i < f.size(); ++i) {
+            char c = f[i];
+            if (c == '-')
+                sp.ljust = true;
+            else if (c == '+')
+                sp.sign = true;
+            else if (c == ' ')
+                sp.blank = true;
+            else if (c == '#')
+                sp.alt = true;
+            else if (c == '0')
+                sp.zero = true;
+            else
+                break;
+        }
+        if (i < f.size() && f[i] == '*') {
+            ++i;
+            if (!star_arg(&sp.width)) return false;
+            if (sp.width < 0) {
+                sp.ljust = true;
+                sp.width = sp.width == INT64_MIN ? INT64_MAX : -sp.width;
+            }
+            if (sp.width > max_field) return too_wide();
+        } else if (!digits(&i, &sp.width)) {
+            return too_wide();
+        }
+        if (i < f.size() && f[i] == '.') {
+            ++i;
+            if (i < f.size() && f[i] == '*') {
+                ++i;
+                if (!star_arg(&sp.prec)) return false;
+                if (sp.prec < 0) sp.prec = 0;
+                if (sp.prec > max_field) return too_wide();
+            } else if (!digits(&i, &sp.prec)) {
+                return too_wide();
+            }
+        }
+        if (i < f.size() && (f[i] == 'h' || f[i] == 'l' || f[i] == 'L')) ++i;
+        if (i >= f.size()) {
+            in.fail(at.line, "incomplete format");
+            return false;
+        }
+        int64_t conv_index = cp_index_of(f, i);
+        uint32_t conv_cp = utf8_next(f, i);
+        sp.conv = conv_cp < 0x80 ? static_cast<char>(conv_cp) : '\0';  // '\0': unsupported
+        Value v;
+        if (!next_arg(&v)) return false;
+        if (!percent_convert(in, at, v, sp, conv_cp, conv_index, out)) return false;
+        if (out->size() > in.options().max_output_bytes) {
+            in.fail_limit(at.line, "formatted string longer than " +
+                                       std::to_string(in.options().max_output_bytes) + " bytes");
+            return false;
+        }
+    }
+    if (argidx < arglen && !mapping) {
+        in.fail(at.line, "not all arguments converted during string formatting");
+        return false;
+    }
+    return true;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
 // Filters
 
 Value f_tojson(Interp& in, const Expr& at, Value v, CallArgs& a) {
@@ -847,27 +1235,14 @@ Value f_attr(Interp& in, const Expr& at, Value v, CallArgs& a) {
 }
 
 Value f_format(Interp& in, const Expr& at, Value v, CallArgs& a) {
-    // "%s - %s"|format(a, b): printf-style with %s/%d/%r/%%.
-    std::string f = soft_str(v), r;
-    size_t k = 0;
-    for (size_t i = 0; i < f.size(); ++i) {
-        if (f[i] != '%' || i + 1 >= f.size()) {
-            r += f[i];
-            continue;
-        }
-        char c = f[++i];
-        if (c == '%') {
-            r += '%';
-        } else if ((c == 's' || c == 'd' || c == 'r') && k < a.pos.size()) {
-            if (c == 'r')
-                append_repr(r, a.pos[k++]);
-            else
-                append_str(r, a.pos[k++]);
-        } else {
-            in.fail(at.line, "unsupported format string");
-            return Value();
-        }
+    // jinja's do_format: soft_str(value) % (kwargs or args).
+    if (!a.pos.empty() && !a.kw.empty()) {
+        in.fail(at.line, "can't handle positional and keyword arguments at the same time");
+        return Value();
     }
+    Value args = a.kw.empty() ? make_list(a.pos, /*is_tuple=*/true) : make_object(a.kw);
+    std::string r;
+    if (!py_percent_format(in, at, soft_str(v), args, &r)) return Value();
     return make_str(in, at, std::move(r));
 }
 
@@ -1260,16 +1635,23 @@ Value g_namespace(Interp& in, const Expr& at, CallArgs& a) {
 }
 
 Value g_dict(Interp& in, const Expr& at, CallArgs& a) {
-    std::vector<std::pair<std::string, Value>> items;
-    for (const auto& p : a.pos) {
-        if (!p.is_object()) {
-            in.fail(at.line, "dict() positional arguments must be mappings");
+    // Python's dict(mapping, **kwargs): a repeated key keeps its first place and takes the last
+    // value, so a template that overrides a schema key does not reorder it.
+    if (a.pos.size() > 1) {
+        in.fail(at.line, "dict expected at most 1 argument, got " + std::to_string(a.pos.size()));
+        return Value();
+    }
+    Object o;
+    if (!a.pos.empty()) {
+        if (!a.pos[0].is_object()) {
+            in.fail(at.line, "dict() positional argument must be a mapping");
             return Value();
         }
-        for (const auto& kv : p.obj().items) items.emplace_back(kv.first, kv.second);
+        o.items = a.pos[0].obj().items;
     }
-    for (const auto& kv : a.kw) items.emplace_back(kv.first, kv.second);
-    return make_object(std::move(items));
+    if (!in.charge_steps(o.items.size() * a.kw.size(), at.line)) return Value();
+    for (const auto& kv : a.kw) o.set(kv.first, kv.second);
+    return in.new_object(std::move(o.items), at.line);
 }
 
 Value g_raise_exception(Interp& in, const Expr& at, CallArgs& a) {

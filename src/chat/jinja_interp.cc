@@ -114,6 +114,16 @@ Value Interp::new_list(std::vector<Value> items, int line, bool is_tuple) {
     return v;
 }
 
+Value Interp::new_object(std::vector<std::pair<std::string, Value>> items, int line) {
+    if (!charge(items.size() * (sizeof(Value) + 32), line)) return Value();
+    Value d = make_object(std::move(items));
+    if (d.obj().depth > kMaxValueDepth) {
+        fail_limit(line, "dicts nested too deeply");
+        return Value();
+    }
+    return d;
+}
+
 Value Interp::new_namespace() {
     auto ns = std::make_shared<Namespace>();
     namespaces_.push_back(ns);
@@ -205,13 +215,7 @@ Value Interp::eval(const Expr& e) {
                     }
                 if (!replaced) items.emplace_back(k.str(), std::move(v));
             }
-            if (!charge(items.size() * (sizeof(Value) + 32), e.line)) return Value();
-            Value d = make_object(std::move(items));
-            if (d.obj().depth > kMaxValueDepth) {
-                fail_limit(e.line, "dicts nested too deeply");
-                return Value();
-            }
-            return d;
+            return new_object(std::move(items), e.line);
         }
         case ExprKind::kGetAttr: {
             Value obj = eval(*e.args[0]);
@@ -326,6 +330,13 @@ Value Interp::eval_binary(const Expr& e) {
     if (a.is_undefined()) {
         fail_undefined(e.line, a);
         return Value();
+    }
+    if (op == BinOp::kMod && a.is_string()) {
+        // Before the Undefined check below: Python's str % Undefined formats it (as "" for
+        // %s), since str.__mod__ runs first.
+        std::string s;
+        if (!py_percent_format(*this, e, a.str(), b, &s)) return Value();
+        return new_string(std::move(s), e.line);
     }
     if (b.is_undefined()) {
         fail_undefined(e.line, b);
@@ -465,38 +476,6 @@ Value Interp::eval_binary(const Expr& e) {
         for (int64_t i = 0; i < count; ++i)
             items.insert(items.end(), seq->arr().items.begin(), seq->arr().items.end());
         return new_list(std::move(items), e.line, seq->arr().is_tuple);
-    }
-    if (op == BinOp::kMod && a.is_string()) {
-        // printf-style formatting: only %s and %% (what templates use).
-        std::vector<Value> vals;
-        if (b.is_array() && b.arr().is_tuple)
-            vals = b.arr().items;
-        else
-            vals.push_back(b);
-        std::string s;
-        size_t k = 0;
-        const std::string& f = a.str();
-        for (size_t i = 0; i < f.size(); ++i) {
-            if (f[i] != '%' || i + 1 >= f.size()) {
-                s += f[i];
-                continue;
-            }
-            char c = f[++i];
-            if (c == '%') {
-                s += '%';
-            } else if ((c == 's' || c == 'd' || c == 'r') && k < vals.size()) {
-                if (c == 'r')
-                    append_repr(s, vals[k++]);
-                else if (c == 'd' && vals[k].is_float())
-                    s += std::to_string(static_cast<int64_t>(vals[k++].as_double()));
-                else
-                    append_str(s, vals[k++]);
-            } else {
-                fail(e.line, "unsupported format string");
-                return Value();
-            }
-        }
-        return new_string(std::move(s), e.line);
     }
     return type_error();
 }
@@ -795,8 +774,14 @@ Value Interp::call_macro(const Callable& m, CallArgs& args, const Expr& at) {
     }
     scope_ = saved;
     if (!extra.empty() || !extra_kw.empty()) {
-        scope->vars.emplace_back("varargs", make_list(std::move(extra), true));
-        scope->vars.emplace_back("kwargs", make_object(std::move(extra_kw)));
+        // Through the depth-capped constructors: a macro can store varargs in a namespace and
+        // be called with it again, nesting one level per call.
+        Value varargs = new_list(std::move(extra), at.line, /*is_tuple=*/true);
+        if (failed_) return Value();
+        Value kwargs = new_object(std::move(extra_kw), at.line);
+        if (failed_) return Value();
+        scope->vars.emplace_back("varargs", std::move(varargs));
+        scope->vars.emplace_back("kwargs", std::move(kwargs));
     }
     ++depth_;
     std::string buf;

@@ -95,6 +95,8 @@ class Interp {
     bool charge_steps(uint64_t n, int line);
     Value new_string(std::string s, int line);
     Value new_list(std::vector<Value> items, int line, bool is_tuple = false);
+    // A dict: charged like a list, and failing past the container-depth cap.
+    Value new_object(std::vector<std::pair<std::string, Value>> items, int line);
     Value new_namespace();
 
     // Python/jinja operations.
@@ -157,5 +159,10 @@ GlobalFn find_global(std::string_view name);
 // Python str helpers shared by filters and methods.
 bool py_isspace(uint32_t cp);
 std::string py_strip(std::string_view s, const std::string* chars, bool left, bool right);
+// Python's `fmt % args` (printf-style: flags, width, precision, `*`, %(key)s), appended to
+// *out. args is a tuple of values, a mapping for %(key)s, or a single value, exactly as the
+// right operand of Python's `%`. False (and in.failed()) where Python raises.
+bool py_percent_format(Interp& in, const Expr& at, std::string_view fmt, const Value& args,
+                       std::string* out);
 
 }  // namespace ferrox::jinja

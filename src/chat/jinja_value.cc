@@ -254,7 +254,10 @@ void append_repr_depth(std::string& out, const Value& v, int depth) {
         append_str_repr(out, v.str());
         return;
     }
-    if (v.is_undefined()) return;
+    if (v.is_undefined()) {
+        out += "Undefined";  // repr() of jinja's default Undefined (its str() is "")
+        return;
+    }
     append_container(out, v, depth);
 }
 

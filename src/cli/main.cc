@@ -9,13 +9,14 @@
 #include <memory>
 #include <string>
 
-#include "chat/builtin_format.h"
 #include "chat/jinja.h"
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
 #include "engine/generate.h"
+#include "engine/prompt.h"
+#include "engine/scripted_model.h"
 #include "engine/tokenizer_gguf.h"
 #include "loader/gguf.h"
 #include "kernels/quants.h"
@@ -172,40 +173,22 @@ int cmd_run(int argc, char** argv) {
     if (!tok.has_value()) return fail(tok.status());
     if (!gguf) return fail(invalid_argument(*model_path + ": not a GGUF model"));
 
-    std::string prompt = *text;
+    std::vector<int32_t> ids;
     if (args->has("--chat")) {
-        // The model's own chat template, as the server renders it; the built-in formats only
-        // when the model has none.
+        // The prompt step the server uses: the model's template (ChatML when it has none),
+        // the same BOS rule.
         auto tmpl = gguf->get_string("tokenizer.chat_template");
-        if (tmpl.has_value() && tmpl->has_value()) {
-            auto parsed = JinjaTemplate::parse(**tmpl);
-            if (!parsed.has_value()) return fail(parsed.status());
-            const Tokenizer& tk = **tok;
-            ChatTemplateInputs in;
-            std::string escaped;
-            for (unsigned char c : prompt) {
-                if (c == '"' || c == '\\') {
-                    escaped += '\\';
-                    escaped += static_cast<char>(c);
-                } else if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    escaped += buf;
-                } else {
-                    escaped += static_cast<char>(c);
-                }
-            }
-            in.messages_json = "[{\"role\": \"user\", \"content\": \"" + escaped + "\"}]";
-            if (tk.bos() >= 0) in.bos_token = std::string(tk.token_text(tk.bos()));
-            if (tk.eos() >= 0) in.eos_token = std::string(tk.token_text(tk.eos()));
-            auto rendered = render_chat_template(*parsed, in);
-            if (!rendered.has_value()) return fail(rendered.status());
-            prompt = *rendered;
-        } else {
-            prompt = format_single_user_turn(BuiltinChatFormat::kChatML, prompt);
-        }
+        std::string source = tmpl.has_value() && tmpl->has_value() ? **tmpl : std::string();
+        auto builder = PromptBuilder::create(**tok, std::move(source));
+        if (!builder.has_value()) return fail(builder.status());
+        Conversation conv;
+        conv.messages.push_back({.role = "user", .content = *text});
+        auto p = (*builder)->build(conv);
+        if (!p.has_value()) return fail(p.status());
+        ids = std::move(p->tokens);
+    } else {
+        ids = (*tok)->encode(*text, /*add_special=*/true, /*parse_special=*/true);
     }
-    std::vector<int32_t> ids = (*tok)->encode(prompt, /*add_special=*/true, /*parse_special=*/true);
     if (ids.empty()) return fail(invalid_argument("the prompt is empty after tokenization"));
 
     ModelOptions mo;
@@ -282,6 +265,9 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
     {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
     {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
+    {{"--reasoning-format"}, true, "auto: thinking goes to its own field/blocks (default); none: it stays in the text"},
+    {{"--reasoning-field"}, true, "Chat Completions' name for it: reasoning_content, reasoning or both (default both)"},
+    {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
     {{"-h", "--help"}, false, "this help"},
 };
 
@@ -345,6 +331,23 @@ int cmd_serve(int argc, char** argv) {
         if (!text.has_value()) return fail(text.status());
         so.chat_template_override = *text;
     }
+    if (auto rf = args->get("--reasoning-format")) {
+        if (*rf != "none" && *rf != "auto" && *rf != "deepseek") {
+            return fail(invalid_argument("--reasoning-format must be auto or none"));
+        }
+        so.split_reasoning = *rf != "none";
+    }
+    if (auto rf = args->get("--reasoning-field")) {
+        if (*rf == "reasoning_content") {
+            so.reasoning_field = ReasoningField::kReasoningContent;
+        } else if (*rf == "reasoning") {
+            so.reasoning_field = ReasoningField::kReasoning;
+        } else if (*rf == "both") {
+            so.reasoning_field = ReasoningField::kBoth;
+        } else {
+            return fail(invalid_argument("--reasoning-field must be reasoning_content, reasoning or both"));
+        }
+    }
 
     // Signals are taken by sigwait() below, never delivered to a worker thread.
     sigset_t sigs;
@@ -367,6 +370,14 @@ int cmd_serve(int argc, char** argv) {
     mo.mmap = args->has("--mmap");
     auto model = load_model(*model_path, mo);
     if (!model.has_value()) return fail(model.status());
+    if (auto script = args->get("--test-script")) {
+        // Tests only: the engine runs the scripted stand-in (same limits and KV geometry) and
+        // never the weights; see engine/scripted_model.h.
+        LoadedModel& lm = **model;
+        auto rules = load_script(*script, *lm.tokenizer);
+        if (!rules.has_value()) return fail(rules.status());
+        lm.stand_in = make_scripted_model(*lm.model, *lm.tokenizer, std::move(*rules));
+    }
     EngineOptions eo;
     eo.n_parallel = *n_par;
     eo.n_ctx = *n_ctx;

@@ -279,6 +279,7 @@ void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
 
     EngineEvent ev;
     ev.kind = EngineEvent::Kind::kText;
+    ev.token = token;
     if (s.params.top_logprobs >= 0) {
         // Log-probabilities of the distribution the token was drawn from: the logits after
         // bias and penalties, at the sampling temperature (1 for greedy).
@@ -494,6 +495,10 @@ bool Engine::step() {
         }
         float* lg = logits_.data() + static_cast<size_t>(row++) * n_vocab;
         if (s.done) continue;
+        if (s.params.max_tokens == 0) {  // only fill the cache (llama.cpp's n_predict 0)
+            finish(s, FinishReason::kLength);
+            continue;
+        }
         const int32_t tok = s.sampler->sample(std::span<float>(lg, n_vocab), s.tokens);
         emit_token(s, tok, lg);
     }

@@ -17,7 +17,8 @@ namespace ferrox {
 
 struct GenerationParams {
     SamplingParams sampling;
-    int max_tokens = -1;             // -1: until end of generation or the context ceiling
+    int max_tokens = -1;             // -1: until end of generation or the context ceiling;
+                                     // 0: only compute the prompt (fills the prefix cache)
     std::vector<std::string> stop;   // stop strings (never part of the output)
     bool ignore_eos = false;
     int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
@@ -44,6 +45,7 @@ struct EngineEvent {
     };
     Kind kind = Kind::kText;
     std::string text;
+    int32_t token = -1;                  // kText: the token this event is for
     std::vector<TokenLogprob> logprobs;  // kText with logprobs requested
     // kDone:
     FinishReason finish = FinishReason::kStop;

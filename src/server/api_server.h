@@ -1,36 +1,28 @@
 #pragma once
-// ferrox's HTTP API: the OpenAI routes (chat completions, completions, models), llama.cpp's
-// utility routes (tokenize, detokenize, apply-template) and health, on top of the HTTP layer
-// (http.h) and the engine. Protocol adapters translate their wire format to the engine's
-// request and the engine's events back; they never touch the model.
+// ferrox's HTTP API: every protocol's routes (openai/, anthropic/, llamacpp/) on one router
+// (router.h) over the HTTP layer (http.h), reaching the model through ServedModel only.
 //
-// Threading: route handlers run on HTTP I/O threads and only parse, render the chat template,
-// tokenize and submit; generation runs on the engine thread, whose event sinks write to the
-// (thread-safe) responders.
+// Layout of src/server:
+// - http*: transport (Beast inside http_server.cc only); the caller supplies error bodies.
+// - router: method + path table, auth, 404/405, bounded JSON bodies, readiness; handlers run
+//   on the worker threads (workers.h), never on I/O threads.
+// - generation: the protocol-neutral driver (n choices, refusals before the stream starts,
+//   cancel on disconnect, backpressure, stream parsers, usage) behind a GenerationSink.
+// - openai/, anthropic/, llamacpp/: one folder per protocol; a file is a wire format.
 
-#include <atomic>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
 
-#include "chat/jinja.h"
 #include "core/status.h"
-#include "engine/engine.h"
+#include "server/context.h"
 #include "server/http.h"
 
 namespace ferrox {
 
-struct ApiServerOptions {
-    HttpServerOptions http;
-    std::vector<std::string> api_keys;  // empty: no authentication
-    std::string alias;                  // model id to report; default: the file name stem
-    std::string chat_template_override; // replaces the model's template when not empty
-    int default_max_tokens = -1;        // when a request gives none: until the end or context
-};
+class Engine;
+class Router;
 
 class ApiServer {
-public:
+  public:
     // Starts listening at once (health answers 503 until set_engine()).
     static Expected<std::unique_ptr<ApiServer>> start(const ApiServerOptions& opts);
     ~ApiServer();
@@ -41,11 +33,10 @@ public:
     // Stop accepting, cancel generation, let responses end within grace_ms, stop the engine.
     void shutdown(int grace_ms);
 
-    struct State;  // shared with in-flight request callbacks
-
-private:
+  private:
     ApiServer() = default;
-    std::shared_ptr<State> state_;
+    std::shared_ptr<ServerContext> ctx_;
+    std::unique_ptr<Router> router_;
     std::unique_ptr<HttpServer> http_;
 };
 

@@ -16,6 +16,24 @@
 // stream has no terminal chunk) and the connection stays usable after end(); HTTP/1.0 clients
 // get the raw body and Connection: close. Each write() becomes one chunk and is flushed at once
 // (TCP_NODELAY). HEAD requests get the headers only; writes are then ignored.
+//
+// Requests: a body comes with Content-Length or "Transfer-Encoding: chunked" (HTTP/1.1 only).
+// Any other Transfer-Encoding, or one beside Content-Length, is refused with 400 and the
+// connection closed (RFC 9112 6.1: its length cannot be trusted, and guessing it lets a client
+// smuggle a second request past a proxy). Trailer fields of a chunked body are dropped.
+//
+// What the HTTP layer answers by itself, then closing the connection (see HttpServerOptions):
+// 400 malformed or unsupported framing, 408 a request that started but did not arrive in time,
+// 413 body too large, 431 header (or chunk header, or trailer section) too large, 500 a handler
+// that dropped its responder or threw, 503 over a connection cap (with Retry-After: 1). Their
+// bodies come from HttpServerOptions::error_body (OpenAI's error shape by default).
+//
+// Half-close: a client may shut down its sending side (FIN) after its request and still gets the
+// whole answer (plain or streamed, and those of requests it pipelined before); the connection
+// closes after it. Such a client is not "gone": client_gone() turns true only when the peer
+// resets the connection, a write to it fails, or the server closes it. A client that really
+// closed is noticed at its reset, or at the latest on the second write after its close (TCP
+// answers the first with the reset), so a stream notices within a token or two.
 
 #include <cstddef>
 #include <functional>
@@ -65,14 +83,16 @@ class HttpResponder {
     // Ends the stream (terminal chunk); the connection then serves its next request.
     virtual void end() = 0;
 
-    // True once the peer closed or reset the connection, a write failed, or the server closed
-    // the connection (shutdown, idle). Never goes back to false.
+    // True once the peer reset the connection, a write failed, or the server closed the
+    // connection (shutdown, a stalled write, after the last response). A half-close (the
+    // client's FIN) alone does not count: the answer is still delivered. Never goes back to false.
     virtual bool client_gone() const = 0;
-    // `fn` runs once, on an I/O thread, if the client goes away before send()/end() (or the
-    // server closes the connection: shutdown): use it to cancel the work (post a cancel
-    // message; don't block). A later registration replaces an earlier one. Registered after
-    // the client already went away, fn runs soon on an I/O thread, or inline on the calling
-    // thread once the server has shut down. Never runs if the response was finished first.
+    // `fn` runs once, on an I/O thread, if the client goes away (as client_gone()) before
+    // send()/end(), or the server closes the connection (shutdown): use it to cancel the work
+    // (post a cancel message; don't block). A later registration replaces an earlier one.
+    // Registered after the client already went away, fn runs soon on an I/O thread, or inline on
+    // the calling thread once the server has shut down. Never runs if the response was finished
+    // first.
     virtual void on_disconnect(std::function<void()> fn) = 0;
     // Bytes handed to send()/write() and not yet written to the socket; 0 once the client is
     // gone. The server buffers without limit: a producer checks this and slows down, or gives
@@ -88,12 +108,30 @@ struct HttpServerOptions {
     std::string host = "127.0.0.1";  // an IP address or a name to resolve
     int port = 8080;                 // 0: pick a free port (tests)
     int n_io_threads = 1;
-    size_t max_body_bytes = 8 << 20;     // larger -> 413 with a JSON error body, then close
-    size_t max_header_bytes = 64 << 10;  // larger -> 431, then close
-    // Closes a keep-alive connection waiting for (or sending) a request this long, and a
-    // response whose socket write makes no progress this long (a client that stopped reading).
+    size_t max_body_bytes = 8 << 20;  // larger -> 413, then close
+    // Larger -> 431, then close. Bounds the header section, and each chunk-size line and the
+    // trailer section of a chunked body.
+    size_t max_header_bytes = 64 << 10;
+    // Closes a keep-alive connection idle this long between requests, and a response whose
+    // socket write makes no progress this long (a client that stopped reading).
     int idle_timeout_s = 600;
+    // A request's header must be complete this long after its first byte arrives, or 408 and
+    // close. A new connection that sends nothing this long is closed without an answer (holding
+    // idle sockets open is the cheapest way to take every connection slot).
+    int header_timeout_s = 10;
+    // The whole body must arrive within this long after the header, or 408 and close.
+    int body_timeout_s = 60;
     int max_connections = 1024;  // more -> 503 with Retry-After and close
+    // More from one client IP address -> 503 with Retry-After and close; 0: no per-client cap.
+    // Behind a proxy every client has the proxy's address: raise it or set 0 there.
+    int max_connections_per_client = 256;
+    // Makes the body of every error the HTTP layer answers by itself (400, 408, 413, 431, 500,
+    // 503; sent as application/json). `path` is the request's path when its request line was
+    // parsed, else empty. Called on an I/O thread: thread-safe, must not block; if it throws,
+    // the default is used. Unset: http_error_json(message, "invalid_request_error" for 4xx,
+    // "server_error" for 5xx).
+    std::function<std::string(const std::string& path, int status, std::string_view message)>
+        error_body;
 };
 
 class HttpServer {
@@ -129,7 +167,8 @@ class HttpServer {
 // `event_name` must not contain a newline.
 std::string sse_event(std::string_view data, std::string_view event_name = {});
 
-// The OpenAI-style error body used for errors the HTTP layer itself answers (413, 400, ...):
+// The OpenAI-style error body, the default for errors the HTTP layer itself answers (413, 400,
+// ...) when HttpServerOptions::error_body is unset:
 // {"error":{"message":...,"type":type,"param":null,"code":null}}, the message JSON-escaped.
 std::string http_error_json(std::string_view message,
                             std::string_view type = "invalid_request_error");

@@ -1,32 +1,53 @@
 // HttpServer: the only translation unit that includes Boost.Asio/Beast (about 30 s to compile;
-// keep it that way). Beast parses requests; responses are formatted here by hand, which keeps
-// the write path a plain queue of strings and chunked framing a two-line affair.
+// keep it that way). Beast's parser parses requests, fed by our own socket reads so that every
+// byte a client sends passes through one handler of ours (limits, deadlines, exceptions);
+// responses are formatted here by hand, which keeps the write path a plain queue of strings and
+// chunked framing a two-line affair.
 //
 // Ownership: the server's registry holds every open Connection (shared_ptr) until it closes;
 // pending asynchronous operations hold it until they complete. A responder handed to the
 // handler holds only a weak_ptr, so a caller that keeps one for long keeps no socket alive, and
 // it posts through Hub, whose mutex and flag keep it from posting into a destroyed io_context.
 //
+// Every completion handler and every posted operation runs inside Connection::guarded(): an
+// exception (Beast's fields throw std::length_error for a field over 64 KiB; bad_alloc) never
+// escapes into the io_context, where it would leave the connection unanswered and open. It
+// answers 431/413/400 while a request is being read, 500 before a response started, and
+// otherwise closes.
+//
 // A connection is in one phase at a time, all of it on its strand:
-//   kRequest   reading a request (Beast parser), idle timer armed
-//   kResponse  the handler has the request; a plain socket read stays pending so that a client
-//              that goes away is noticed at once (bytes it pipelines are kept for the next
-//              request, up to max_header_bytes); a write stalled for idle_timeout_s closes
+//   kRequest   reading a request. Deadlines, one timer: a new connection must send its first
+//              byte within header_timeout_s of the accept, a kept-alive one within
+//              idle_timeout_s of its last response; the header is due header_timeout_s after
+//              that first byte, the whole body body_timeout_s after the header. A request that
+//              started and missed its deadline gets 408; a connection that sent nothing is just
+//              closed.
+//   kResponse  the handler has the request; a socket read stays pending so that a reset is
+//              noticed at once (bytes the client pipelines are kept for the next request, up to
+//              max_header_bytes). The client's EOF (a half-close after its request) is not a
+//              disconnect: the response is still written, then the connection closes. A client
+//              is gone when a read reports a reset or a write fails. A write stalled for
+//              idle_timeout_s closes.
 //   kLingering the last response is queued: write it, shut down our side, discard input until
 //              the client closes or a short timer fires (closing with unread input would reset
 //              the connection and could destroy the response before the client reads it)
 //   kClosed    socket closed; operations still in flight complete with an error and stop
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -50,7 +71,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 #pragma GCC diagnostic pop
@@ -68,7 +88,8 @@ using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
 
 constexpr int kLingerSeconds = 2;
-constexpr size_t kReadChunk = 4096;
+// One socket read; bodies arrive through it too, so not too small.
+constexpr size_t kReadChunk = 16 << 10;
 // After a large request the read buffer is given back rather than kept per idle connection.
 constexpr size_t kBufferKeepBytes = 64 << 10;
 
@@ -98,6 +119,9 @@ struct OutItem {
 };
 
 enum class Framing { kLength, kChunked, kUntilClose, kNone };
+
+// What the connection's one timer is waiting for; each kind has its own action on expiry.
+enum class Deadline { kIdle, kHeader, kBody, kWrite, kLinger };
 
 std::string http_date() {
     std::time_t t = std::time(nullptr);
@@ -134,11 +158,54 @@ std::string lowercase(std::string_view s) {
     return out;
 }
 
+std::string_view trim_ows(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
 std::string endpoint_string(const tcp::endpoint& ep) {
     const auto addr = ep.address();
     std::string host = addr.to_string();
     if (addr.is_v6()) host = "[" + host + "]";
     return host + ":" + std::to_string(ep.port());
+}
+
+std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+// The framing rules Beast leaves to us (RFC 9112 6.1, 6.3): it ignores a Transfer-Encoding whose
+// final coding is not chunked and then reads the body as the next request (smuggling), and it
+// lets a non-chunked Transfer-Encoding sit beside Content-Length. We accept exactly
+// "Transfer-Encoding: chunked" from an HTTP/1.1 client, without Content-Length. Returns why the
+// request is refused, or an empty view.
+template <typename Message>
+std::string_view framing_error(const Message& msg) {
+    bool has_te = false, has_length = false;
+    int n_codings = 0;
+    bool only_chunked = true;
+    for (const auto& field : msg) {
+        if (field.name() == http::field::content_length) has_length = true;
+        if (field.name() != http::field::transfer_encoding) continue;
+        has_te = true;
+        std::string_view list = field.value();
+        while (true) {
+            size_t comma = list.find(',');
+            std::string_view coding = trim_ows(list.substr(0, comma));
+            if (!coding.empty()) {
+                ++n_codings;
+                only_chunked &= iequals(coding, "chunked");
+            }
+            if (comma == std::string_view::npos) break;
+            list.remove_prefix(comma + 1);
+        }
+    }
+    if (!has_te) return {};
+    if (has_length) return "a request must not have both Transfer-Encoding and Content-Length";
+    if (msg.version() < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+    if (n_codings != 1 || !only_chunked) {
+        return "unsupported Transfer-Encoding (only chunked is accepted)";
+    }
+    return {};
 }
 
 class Connection;
@@ -184,11 +251,13 @@ class HttpServer::Impl {
     const HttpHandler& handler() const { return handler_; }
     const std::shared_ptr<Hub>& hub() const { return hub_; }
     bool stopping() const { return stopping_.load(std::memory_order_acquire); }
-    void unregister(Connection* conn, bool counted);
+    void unregister(Connection* conn, bool counted, const std::string& client);
 
   private:
     void do_accept();
+    void retry_accept_later();
     void on_accept(error_code ec, tcp::socket socket);
+    void admit(tcp::socket socket);
 
     // Declaration order is destruction order reversed: the io_context outlives the acceptor
     // and the registry, and whatever its queued handlers still own.
@@ -211,25 +280,48 @@ class HttpServer::Impl {
     std::condition_variable registry_cv_;
     std::unordered_map<Connection*, std::shared_ptr<Connection>> registry_;  // open connections
     size_t n_counted_ = 0;  // of those, the ones that count against max_connections
+    // Counted connections per client address (only addresses with at least one).
+    std::unordered_map<std::string, size_t> n_by_client_;
 };
 
 namespace {
 
 class Connection : public std::enable_shared_from_this<Connection> {
   public:
-    Connection(HttpServer::Impl* server, tcp::socket socket, bool counted)
+    // `client` is the peer's address for the per-client count ("" when not counted there).
+    Connection(HttpServer::Impl* server, tcp::socket socket, bool counted, std::string client)
         : server_(server),
           socket_(std::move(socket)),
           ex_(socket_.get_executor()),
           timer_(ex_),
-          counted_(counted) {}
+          counted_(counted),
+          client_(std::move(client)) {}
 
     // Any thread may post to the connection's strand through this.
     const asio::any_io_executor& executor() const { return ex_; }
 
+    // Runs fn (on the strand); an exception it throws is answered or closes the connection
+    // instead of escaping into the io_context. Every completion handler goes through this.
+    template <typename Fn>
+    void guarded(Fn&& fn) noexcept {
+        try {
+            fn();
+        } catch (const std::length_error& e) {
+            // Beast's fields throw this for a name or value over 64 KiB (a header, or a trailer,
+            // which has no limit of its own).
+            on_exception(431, "request header or trailer field too large", e.what());
+        } catch (const std::bad_alloc& e) {
+            on_exception(413, "request too large", e.what());
+        } catch (const std::exception& e) {
+            on_exception(400, "malformed HTTP request", e.what());
+        } catch (...) {
+            on_exception(400, "malformed HTTP request", "a non-std exception");
+        }
+    }
+
     // The rest runs on the strand.
     void start();
-    void start_rejected();
+    void start_rejected(std::string_view why);
     void begin_shutdown();
     void force_close() { close(); }
 
@@ -246,17 +338,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   private:
     enum class Phase { kRequest, kResponse, kLingering, kClosed };
 
-    void read_request();
-    void read_header();
-    void on_header(error_code ec);
-    void on_body(error_code ec);
-    void on_read_error(error_code ec);
+    void on_exception(int request_status, std::string_view message, const char* what) noexcept;
+
+    void read_request(Deadline wait);
+    void parse_request();
+    bool on_header_complete();
+    void on_parse_error(error_code ec);
     void on_request();
-    void start_socket_read();
-    void maybe_start_socket_read();
-    void on_socket_read(error_code ec, size_t n);
+    void start_read();
+    void maybe_start_read();
+    void on_read(error_code ec, size_t n);
 
     bool accepts(uint64_t seq) const { return phase_ == Phase::kResponse && seq == seq_; }
+    std::string request_path() const;
+    std::string error_body(int status, std::string_view message) const;
     std::string build_head(int status, std::string_view content_type, Framing framing,
                            size_t length, const HttpHeaders& extra) const;
     void enqueue(std::string data, size_t counted) {
@@ -266,10 +361,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void on_write(error_code ec);
     void on_drained();
     void response_complete();
-    void respond_error_and_close(int status, std::string body);
+    void respond_error_and_close(int status, std::string_view message, HttpHeaders extra = {});
     void linger_close();
     void close();
-    void arm_timer(int seconds);
+    void arm_timer(Deadline kind, int seconds);
+    void on_timer(Deadline kind);
     void cancel_timer();
 
     HttpServer::Impl* const server_;
@@ -277,12 +373,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const asio::any_io_executor ex_;
     asio::steady_timer timer_;
     const bool counted_;
+    const std::string client_;
     std::string remote_;
 
     Phase phase_ = Phase::kRequest;
-    beast::flat_buffer buffer_;
+    std::array<char, kReadChunk> read_buf_;  // the one socket read in flight writes here only
+    bool read_pending_ = false;
+    bool peer_eof_ = false;      // the client shut down its side; no read is started again
+    beast::flat_buffer buffer_;  // received, not yet parsed
     std::optional<http::request_parser<http::string_body>> parser_;
-    bool read_pending_ = false;  // a read (Beast's or ours) owns buffer_
+    bool request_started_ = false;  // a byte of the request being read arrived
+    bool header_checked_ = false;   // on_header_complete() ran for it
+    size_t n_header_fields_ = 0;    // fields of the header section; later ones are trailers
+    std::string path_;              // of the request in progress or the last one
     uint64_t timer_gen_ = 0;
 
     // The response in progress (phase kResponse), or the last one.
@@ -302,7 +405,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::vector<OutItem> in_flight_;
     std::vector<asio::const_buffer> write_bufs_;
     bool writing_ = false;
-    bool close_after_flush_ = false;  // lingering: shut down our side once out_ drains
+    bool fin_sent_ = false;  // lingering: our side is shut down
 };
 
 // The HttpResponder given to the handler. Holds the connection weakly; every call is posted.
@@ -356,7 +459,7 @@ class ResponderImpl final : public HttpResponder {
                 if (std::shared_ptr<Connection> c = conn_.lock()) {
                     const asio::any_io_executor& ex = c->executor();
                     asio::post(ex, [c, seq = seq_, fn = std::move(fn)]() mutable {
-                        c->do_on_disconnect(seq, std::move(fn));
+                        c->guarded([&] { c->do_on_disconnect(seq, std::move(fn)); });
                     });
                 } else if (state_->disconnected.load(std::memory_order_acquire)) {
                     asio::post(hub_->ex, [fn = std::move(fn)] { run_callback(fn); });
@@ -374,7 +477,9 @@ class ResponderImpl final : public HttpResponder {
 
   private:
     // Counts `counted` bytes as pending, then runs op(connection) on its strand; the bytes are
-    // uncounted when the op is dropped, or at once when the connection or server is gone.
+    // uncounted when the op is dropped, or at once when the connection or server is gone. An op
+    // that throws leaves them counted (it may have queued them); its connection is closed or
+    // answered, and pending_bytes() of a gone client reads 0.
     template <typename Op>
     void post(size_t counted, Op&& op) {
         if (counted) state_->pending.fetch_add(counted, std::memory_order_acq_rel);
@@ -386,7 +491,9 @@ class ResponderImpl final : public HttpResponder {
                     const asio::any_io_executor& ex = c->executor();
                     asio::post(ex,
                                [c, state = state_, counted, op = std::forward<Op>(op)]() mutable {
-                                   if (!op(*c) && counted) {
+                                   bool dropped = false;
+                                   c->guarded([&] { dropped = !op(*c); });
+                                   if (dropped && counted) {
                                        state->pending.fetch_sub(counted, std::memory_order_acq_rel);
                                    }
                                });
@@ -408,17 +515,13 @@ void Connection::start() {
     socket_.set_option(tcp::no_delay(true), ec);  // each chunk goes out now, not after an ACK
     auto ep = socket_.remote_endpoint(ec);
     if (!ec) remote_ = endpoint_string(ep);
-    read_request();
+    // A new connection has no idle allowance: connecting and sending nothing is a cheap way to
+    // hold a slot, so its first byte is due within header_timeout_s of the accept.
+    read_request(Deadline::kHeader);
 }
 
-void Connection::start_rejected() {
-    keep_alive_ = false;
-    std::string body = http_error_json("too many connections, retry later", "server_error");
-    enqueue(
-        build_head(503, "application/json", Framing::kLength, body.size(), {{"Retry-After", "1"}}) +
-            body,
-        0);
-    linger_close();
+void Connection::start_rejected(std::string_view why) {
+    respond_error_and_close(503, why, {{"Retry-After", "1"}});
 }
 
 void Connection::begin_shutdown() {
@@ -435,74 +538,118 @@ void Connection::begin_shutdown() {
     }
 }
 
+void Connection::on_exception(int request_status, std::string_view message,
+                              const char* what) noexcept {
+    try {
+        FERROX_LOG_ERROR("http: %s: caught on the I/O path: %s", remote_.c_str(), what);
+        switch (phase_) {
+            case Phase::kRequest:
+                return respond_error_and_close(request_status, message);
+            case Phase::kResponse:
+                if (!resp_started_) {
+                    // Answer for the handler, and tell it to stop: its later calls are dropped.
+                    resp_started_ = resp_finished_ = true;
+                    std::function<void()> fn = std::move(disconnect_fn_);
+                    disconnect_fn_ = nullptr;
+                    if (current_) current_->gone.store(true, std::memory_order_release);
+                    respond_error_and_close(500, "internal error while answering the request");
+                    return run_callback(fn);
+                }
+                return close();
+            case Phase::kLingering:
+                return close();
+            case Phase::kClosed:
+                return;
+        }
+    } catch (...) {
+        // Even answering failed (out of memory): at least give the socket back.
+        try {
+            close();
+        } catch (...) {
+        }
+    }
+}
+
 // ---- reading requests ----
 
-void Connection::read_request() {
+// `wait` is the deadline until the first byte: kIdle between kept-alive requests, kHeader for
+// a new connection.
+void Connection::read_request(Deadline wait) {
     phase_ = Phase::kRequest;
     const HttpServerOptions& o = server_->options();
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
     parser_->body_limit(static_cast<std::uint64_t>(o.max_body_bytes));
-    arm_timer(o.idle_timeout_s);
-    if (!read_pending_) return read_header();
-    // The socket read left pending during the last response owns buffer_; it continues into
-    // read_header() when it completes. If a pipelined request is already buffered, don't wait
-    // for more bytes: cancel it (nothing is being written now, so only that read is affected).
-    if (buffer_.size() > 0) {
-        error_code ignored;
-        socket_.cancel(ignored);
-    }
+    request_started_ = header_checked_ = false;
+    n_header_fields_ = 0;
+    path_.clear();
+    arm_timer(wait, wait == Deadline::kIdle ? o.idle_timeout_s : o.header_timeout_s);
+    parse_request();  // a pipelined request may be buffered already
 }
 
-void Connection::read_header() {
-    read_pending_ = true;
-    http::async_read_header(
-        socket_, buffer_, *parser_,
-        [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
-}
-
-void Connection::on_header(error_code ec) {
-    read_pending_ = false;
-    if (phase_ == Phase::kClosed) return;
-    if (ec) return on_read_error(ec);
-    if (!parser_->is_done()) {
-        const auto& msg = parser_->get();
-        auto expect = msg.find(http::field::expect);
-        if (msg.version() >= 11 && expect != msg.end() &&
-            iequals(expect->value(), "100-continue")) {
-            enqueue("HTTP/1.1 100 Continue\r\n\r\n", 0);
-            flush();
+// Feeds what is buffered to the parser; reads more when it needs more. Beast's parser stops
+// after the header (not eager), so the header checks run before any body byte is taken.
+void Connection::parse_request() {
+    const HttpServerOptions& o = server_->options();
+    while (buffer_.size() > 0) {
+        if (!request_started_) {
+            request_started_ = true;
+            arm_timer(Deadline::kHeader, o.header_timeout_s);
         }
-        read_pending_ = true;
-        http::async_read(
-            socket_, buffer_, *parser_,
-            [self = shared_from_this()](error_code ec2, size_t) { self->on_body(ec2); });
-        return;
+        error_code ec;
+        size_t used = parser_->put(buffer_.data(), ec);
+        buffer_.consume(used);
+        if (ec == http::error::need_more) {
+            // Beast bounds the header by header_limit but not a chunk-size line or the trailer
+            // section: it would buffer them without end. The same limit applies to them here.
+            if (parser_->is_header_done() && buffer_.size() >= o.max_header_bytes) {
+                return respond_error_and_close(431,
+                                               "a chunk header or the trailer section exceeds " +
+                                                   std::to_string(o.max_header_bytes) + " bytes");
+            }
+            break;
+        }
+        if (ec) return on_parse_error(ec);
+        if (parser_->is_header_done() && !header_checked_) {
+            header_checked_ = true;
+            if (!on_header_complete()) return;
+        }
+        if (parser_->is_done()) return on_request();
+        if (used == 0) break;  // no progress without more input
     }
-    on_request();
+    if (peer_eof_) return close();  // the client half-closed: this request can never complete
+    start_read();
 }
 
-void Connection::on_body(error_code ec) {
-    read_pending_ = false;
-    if (phase_ == Phase::kClosed) return;
-    if (ec) return on_read_error(ec);
-    on_request();
+// Framing checks, 100-continue and the body deadline. False if it answered (and closes).
+bool Connection::on_header_complete() {
+    const auto& msg = parser_->get();
+    n_header_fields_ = static_cast<size_t>(std::distance(msg.begin(), msg.end()));
+    std::string_view why = framing_error(msg);
+    if (!why.empty()) {
+        respond_error_and_close(400, why);
+        return false;
+    }
+    if (parser_->is_done()) return true;
+    arm_timer(Deadline::kBody, server_->options().body_timeout_s);
+    auto expect = msg.find(http::field::expect);
+    if (msg.version() >= 11 && expect != msg.end() && iequals(expect->value(), "100-continue")) {
+        enqueue("HTTP/1.1 100 Continue\r\n\r\n", 0);
+        flush();
+    }
+    return true;
 }
 
-void Connection::on_read_error(error_code ec) {
+void Connection::on_parse_error(error_code ec) {
     const HttpServerOptions& o = server_->options();
     if (ec == http::error::body_limit) {
-        respond_error_and_close(413, http_error_json("request body exceeds " +
-                                                     std::to_string(o.max_body_bytes) + " bytes"));
+        respond_error_and_close(
+            413, "request body exceeds " + std::to_string(o.max_body_bytes) + " bytes");
     } else if (ec == http::error::header_limit) {
         respond_error_and_close(
-            431, http_error_json("request headers exceed " + std::to_string(o.max_header_bytes) +
-                                 " bytes"));
-    } else if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
-               ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        respond_error_and_close(400, http_error_json("malformed HTTP request: " + ec.message()));
+            431, "request headers exceed " + std::to_string(o.max_header_bytes) + " bytes");
     } else {
-        close();  // the client closed (between or inside requests), the idle timer, or I/O error
+        respond_error_and_close(400, "malformed HTTP request: " + ec.message());
     }
 }
 
@@ -517,15 +664,21 @@ void Connection::on_request() {
     size_t q = target.find('?');
     req.path = std::string(target.substr(0, q));
     if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
-    req.headers.reserve(16);
+    // Trailer fields are dropped, not merged into the header (RFC 9110 6.5.1): a handler that
+    // reads a header must not get one sent after the body, outside what proxies checked.
+    req.headers.reserve(std::min<size_t>(n_header_fields_, 64));
+    size_t i_field = 0;
     for (const auto& field : msg) {
+        if (i_field++ == n_header_fields_) break;
         req.headers.emplace_back(lowercase(field.name_string()), std::string(field.value()));
     }
     req.body = std::move(msg.body());
     req.remote = remote_;
+    path_ = req.path;
 
     phase_ = Phase::kResponse;
-    keep_alive_ = msg.keep_alive() && !server_->stopping();
+    // A client that half-closed with nothing more pipelined gets this as its last response.
+    keep_alive_ = msg.keep_alive() && !server_->stopping() && !(peer_eof_ && buffer_.size() == 0);
     http10_ = msg.version() < 11;
     head_ = msg.method() == http::verb::head;
     resp_started_ = resp_finished_ = streaming_ = chunked_ = false;
@@ -535,7 +688,7 @@ void Connection::on_request() {
     if (buffer_.capacity() > kBufferKeepBytes && buffer_.size() < kBufferKeepBytes) {
         buffer_.shrink_to_fit();
     }
-    maybe_start_socket_read();
+    maybe_start_read();
 
     auto res = std::make_shared<ResponderImpl>(server_->hub(), weak_from_this(), seq_, current_);
     try {
@@ -548,51 +701,53 @@ void Connection::on_request() {
     // If the handler dropped the responder unanswered, its destructor posted do_abandon.
 }
 
-// A plain read kept pending while a response is in progress or the connection lingers: it
-// notices a client that goes away, and keeps pipelined bytes for the next request.
-void Connection::start_socket_read() {
+// The one socket read: into read_buf_, so buffer_ is never owned by an operation in flight and
+// can be parsed at any time. Kept pending in every phase but kClosed: in kResponse it notices a
+// reset at once and keeps pipelined bytes; while lingering it discards.
+void Connection::start_read() {
+    if (read_pending_ || peer_eof_ || phase_ == Phase::kClosed) return;
     read_pending_ = true;
-    socket_.async_read_some(
-        buffer_.prepare(kReadChunk),
-        [self = shared_from_this()](error_code ec, size_t n) { self->on_socket_read(ec, n); });
+    socket_.async_read_some(asio::buffer(read_buf_),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                                self->guarded([&] { self->on_read(ec, n); });
+                            });
 }
 
-void Connection::maybe_start_socket_read() {
-    // Past max_header_bytes of pipelined input we stop reading (and stop noticing a
-    // disconnect until a write fails) rather than buffer without bound.
-    if (!read_pending_ && buffer_.size() < server_->options().max_header_bytes) {
-        start_socket_read();
-    }
+void Connection::maybe_start_read() {
+    // Past max_header_bytes of pipelined input we stop reading (and stop noticing a reset
+    // until a write fails) rather than buffer without bound.
+    if (buffer_.size() < server_->options().max_header_bytes) start_read();
 }
 
-void Connection::on_socket_read(error_code ec, size_t n) {
+void Connection::on_read(error_code ec, size_t n) {
     read_pending_ = false;
-    switch (phase_) {
-        case Phase::kClosed:
-            return;
-        case Phase::kLingering:
-            if (ec) return close();
-            start_socket_read();  // discard: never committed
-            return;
-        case Phase::kResponse:
-            if (ec) {
-                // A client that half-closed after a finished response still gets it.
-                if (ec == asio::error::eof && resp_finished_) {
-                    keep_alive_ = false;
-                    return;
-                }
-                return close();
-            }
-            buffer_.commit(n);
-            maybe_start_socket_read();
-            return;
-        case Phase::kRequest:
-            // operation_aborted here is read_request()'s cancel (close() sets kClosed first).
-            if (ec && ec != asio::error::operation_aborted) return close();
-            buffer_.commit(n);
-            read_header();
-            return;
+    if (phase_ == Phase::kClosed) return;
+    if (ec == asio::error::eof) {
+        // A FIN is only the end of the client's requests, not of its interest in the answers.
+        peer_eof_ = true;
+    } else if (ec) {
+        return close();  // a reset (abortive close) or an I/O error: the client is gone
     }
+    if (phase_ == Phase::kLingering) {
+        if (peer_eof_) {
+            if (fin_sent_) close();  // else on_drained closes once our side is shut down
+            return;
+        }
+        return start_read();  // discard: never buffered
+    }
+    if (n > 0) {
+        auto space = buffer_.prepare(n);
+        std::memcpy(space.data(), read_buf_.data(), n);
+        buffer_.commit(n);
+    }
+    if (phase_ == Phase::kRequest) return parse_request();
+    // kResponse.
+    if (peer_eof_) {
+        // Nothing pipelined: this response is the last one.
+        if (buffer_.size() == 0) keep_alive_ = false;
+        return;
+    }
+    maybe_start_read();
 }
 
 // ---- responder operations ----
@@ -695,7 +850,7 @@ void Connection::do_abandon(uint64_t seq) {
     if (!resp_started_) {
         FERROX_LOG_WARN("http: %s: handler dropped the response without answering; 500",
                         remote_.c_str());
-        do_send(seq, 500, http_error_json("the server did not answer the request", "server_error"),
+        do_send(seq, 500, error_body(500, "the server did not answer the request"),
                 "application/json", {}, 0);
     } else {
         FERROX_LOG_WARN("http: %s: stream dropped without end(); closing", remote_.c_str());
@@ -704,6 +859,25 @@ void Connection::do_abandon(uint64_t seq) {
 }
 
 // ---- writing ----
+
+std::string Connection::request_path() const {
+    if (parser_) return std::string(path_of(parser_->get().target()));  // "" before the line
+    return path_;
+}
+
+std::string Connection::error_body(int status, std::string_view message) const {
+    const auto& make = server_->options().error_body;
+    if (make) {
+        try {
+            return make(request_path(), status, message);
+        } catch (const std::exception& e) {
+            FERROX_LOG_ERROR("http: error_body threw: %s; using the default", e.what());
+        } catch (...) {
+            FERROX_LOG_ERROR("http: error_body threw; using the default");
+        }
+    }
+    return http_error_json(message, status >= 500 ? "server_error" : "invalid_request_error");
+}
 
 std::string Connection::build_head(int status, std::string_view content_type, Framing framing,
                                    size_t length, const HttpHeaders& extra) const {
@@ -765,9 +939,10 @@ void Connection::flush() {
     writing_ = true;
     // A peer that stops reading (or vanished without a reset) would otherwise hold the
     // response forever: a write that makes no progress for idle_timeout_s closes it.
-    if (phase_ == Phase::kResponse) arm_timer(server_->options().idle_timeout_s);
-    asio::async_write(socket_, write_bufs_,
-                      [self = shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
+    if (phase_ == Phase::kResponse) arm_timer(Deadline::kWrite, server_->options().idle_timeout_s);
+    asio::async_write(socket_, write_bufs_, [self = shared_from_this()](error_code ec, size_t) {
+        self->guarded([&] { self->on_write(ec); });
+    });
 }
 
 void Connection::on_write(error_code ec) {
@@ -778,15 +953,18 @@ void Connection::on_write(error_code ec) {
     in_flight_.clear();
     if (counted && current_) current_->pending.fetch_sub(counted, std::memory_order_acq_rel);
     if (phase_ == Phase::kClosed) return;
-    if (ec) return close();  // the client is gone
+    if (ec) return close();  // EPIPE, ECONNRESET: the client is gone
     flush();
 }
 
 void Connection::on_drained() {
-    if (close_after_flush_) {
-        close_after_flush_ = false;
-        error_code ignored;
-        socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    if (phase_ == Phase::kLingering) {
+        if (!fin_sent_) {
+            fin_sent_ = true;
+            error_code ignored;
+            socket_.shutdown(tcp::socket::shutdown_send, ignored);
+        }
+        if (peer_eof_) close();  // both sides are done: nothing left to linger for
         return;
     }
     if (phase_ == Phase::kResponse && resp_finished_) response_complete();
@@ -796,22 +974,24 @@ void Connection::response_complete() {
     disconnect_fn_ = nullptr;
     streaming_ = false;
     if (!keep_alive_ || server_->stopping()) return linger_close();
-    read_request();
+    read_request(Deadline::kIdle);
 }
 
-void Connection::respond_error_and_close(int status, std::string body) {
+// For errors the HTTP layer answers itself: the body from error_body(), then close.
+void Connection::respond_error_and_close(int status, std::string_view message, HttpHeaders extra) {
+    std::string body = error_body(status, message);
     keep_alive_ = false;
     head_ = false;
-    enqueue(build_head(status, "application/json", Framing::kLength, body.size(), {}) + body, 0);
+    enqueue(build_head(status, "application/json", Framing::kLength, body.size(), extra) + body, 0);
     linger_close();
 }
 
 void Connection::linger_close() {
     phase_ = Phase::kLingering;
+    parser_.reset();
     disconnect_fn_ = nullptr;
-    arm_timer(kLingerSeconds);
-    if (!read_pending_) start_socket_read();
-    close_after_flush_ = true;
+    arm_timer(Deadline::kLinger, kLingerSeconds);
+    start_read();
     flush();
 }
 
@@ -834,16 +1014,34 @@ void Connection::close() {
     std::function<void()> fn = std::move(disconnect_fn_);
     disconnect_fn_ = nullptr;
     if (unfinished) run_callback(fn);
-    server_->unregister(this, counted_);  // our caller's handler still holds a reference
+    server_->unregister(this, counted_, client_);  // our caller's handler still holds a reference
 }
 
-void Connection::arm_timer(int seconds) {
+void Connection::arm_timer(Deadline kind, int seconds) {
     uint64_t gen = ++timer_gen_;
     timer_.expires_after(std::chrono::seconds(seconds));
-    timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
-        if (ec || gen != self->timer_gen_) return;
-        self->close();  // idle keep-alive connection, slow request, or lingering done
+    timer_.async_wait([self = shared_from_this(), gen, kind](error_code ec) {
+        self->guarded([&] {
+            if (ec || gen != self->timer_gen_) return;
+            self->on_timer(kind);
+        });
     });
+}
+
+void Connection::on_timer(Deadline kind) {
+    const HttpServerOptions& o = server_->options();
+    if (phase_ == Phase::kRequest && request_started_) {
+        if (kind == Deadline::kHeader) {
+            return respond_error_and_close(408, "request header not complete within " +
+                                                    std::to_string(o.header_timeout_s) + " s");
+        }
+        if (kind == Deadline::kBody) {
+            return respond_error_and_close(
+                408, "request body not complete within " + std::to_string(o.body_timeout_s) + " s");
+        }
+    }
+    // Idle, a new connection that sent nothing, a stalled write, or lingering done.
+    close();
 }
 
 void Connection::cancel_timer() {
@@ -907,6 +1105,7 @@ void HttpServer::Impl::start_threads() {
                     ioc_.run();
                     break;
                 } catch (const std::exception& e) {
+                    // Last resort only: connection handlers catch their own (guarded()).
                     FERROX_LOG_ERROR("http: I/O thread caught: %s", e.what());
                 }
             }
@@ -916,45 +1115,94 @@ void HttpServer::Impl::start_threads() {
 
 void HttpServer::Impl::do_accept() {
     acceptor_.async_accept(asio::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
-        on_accept(ec, std::move(socket));
+        try {
+            on_accept(ec, std::move(socket));
+        } catch (const std::exception& e) {
+            FERROX_LOG_ERROR("http: accept handler caught: %s", e.what());
+            retry_accept_later();
+        } catch (...) {
+            FERROX_LOG_ERROR("http: accept handler caught a non-std exception");
+            retry_accept_later();
+        }
     });
+}
+
+// Out of descriptors, memory and the like: back off instead of spinning.
+void HttpServer::Impl::retry_accept_later() {
+    try {
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](error_code ec) {
+            if (ec || !acceptor_.is_open()) return;
+            try {
+                do_accept();
+            } catch (...) {
+                retry_accept_later();
+            }
+        });
+    } catch (...) {
+        FERROX_LOG_ERROR("http: cannot schedule accepting again; no new connections");
+    }
 }
 
 void HttpServer::Impl::on_accept(error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) {
-        // Out of descriptors and the like: back off instead of spinning.
         FERROX_LOG_WARN("http: accept: %s", ec.message().c_str());
-        accept_retry_.expires_after(std::chrono::milliseconds(100));
-        accept_retry_.async_wait([this](error_code ec2) {
-            if (!ec2 && acceptor_.is_open()) do_accept();
-        });
-        return;
+        return retry_accept_later();
     }
-    std::shared_ptr<Connection> conn;
-    bool rejected = false;
-    {
-        std::lock_guard<std::mutex> lk(registry_mu_);
-        if (!stopping()) {
-            rejected = n_counted_ >= static_cast<size_t>(options_.max_connections);
-            if (!rejected) ++n_counted_;
-            conn = std::make_shared<Connection>(this, std::move(socket), !rejected);
-            registry_.emplace(conn.get(), conn);
-        }
-    }
-    if (conn) {
-        asio::dispatch(conn->executor(), [conn, rejected] {
-            if (rejected) {
-                conn->start_rejected();
-            } else {
-                conn->start();
-            }
-        });
+    try {
+        admit(std::move(socket));
+    } catch (const std::exception& e) {
+        FERROX_LOG_ERROR("http: dropping a new connection: %s", e.what());
     }
     do_accept();
 }
 
-void HttpServer::Impl::unregister(Connection* conn, bool counted) {
+void HttpServer::Impl::admit(tcp::socket socket) {
+    error_code ec;
+    tcp::endpoint peer = socket.remote_endpoint(ec);
+    std::string client = ec ? std::string() : peer.address().to_string();
+    std::shared_ptr<Connection> conn;
+    std::string_view rejected;  // why, when over a cap
+    {
+        std::lock_guard<std::mutex> lk(registry_mu_);
+        if (stopping()) return;  // the socket closes with us
+        const size_t per_client = static_cast<size_t>(options_.max_connections_per_client);
+        if (n_counted_ >= static_cast<size_t>(options_.max_connections)) {
+            rejected = "too many connections, retry later";
+        } else if (per_client > 0 && !client.empty()) {
+            auto it = n_by_client_.find(client);
+            if (it != n_by_client_.end() && it->second >= per_client) {
+                rejected = "too many connections from this client, retry later";
+            }
+        }
+        const bool counted = rejected.empty();
+        // Counted per client only when counted at all, and only with a per-client cap.
+        std::string key = counted && per_client > 0 ? client : std::string();
+        conn = std::make_shared<Connection>(this, std::move(socket), counted, key);
+        registry_.emplace(conn.get(), conn);
+        if (counted) {
+            ++n_counted_;
+            if (!key.empty()) ++n_by_client_[key];
+        }
+    }
+    try {
+        asio::dispatch(conn->executor(), [conn, rejected] {
+            conn->guarded([&] {
+                if (!rejected.empty()) {
+                    conn->start_rejected(rejected);
+                } else {
+                    conn->start();
+                }
+            });
+        });
+    } catch (...) {
+        asio::post(conn->executor(), [conn] { conn->guarded([&] { conn->force_close(); }); });
+        throw;
+    }
+}
+
+void HttpServer::Impl::unregister(Connection* conn, bool counted, const std::string& client) {
     std::shared_ptr<Connection> ref;  // released after the lock: never the last one anyway
     {
         std::lock_guard<std::mutex> lk(registry_mu_);
@@ -962,7 +1210,13 @@ void HttpServer::Impl::unregister(Connection* conn, bool counted) {
         if (it == registry_.end()) return;
         ref = std::move(it->second);
         registry_.erase(it);
-        if (counted) --n_counted_;
+        if (counted) {
+            --n_counted_;
+            auto c = n_by_client_.find(client);
+            if (!client.empty() && c != n_by_client_.end() && --c->second == 0) {
+                n_by_client_.erase(c);
+            }
+        }
     }
     registry_cv_.notify_all();
 }
@@ -980,11 +1234,13 @@ void HttpServer::Impl::shutdown(int grace_ms) {
             std::lock_guard<std::mutex> lk(registry_mu_);
             for (auto& [ptr, conn] : registry_) conns.push_back(conn);
         }
-        for (auto& conn : conns) asio::post(conn->executor(), [conn, op] { op(*conn); });
+        for (auto& conn : conns) {
+            asio::post(conn->executor(), [conn, op] { conn->guarded([&] { op(*conn); }); });
+        }
     };
     {
         std::lock_guard<std::mutex> lk(registry_mu_);
-        stopping_.store(true, std::memory_order_release);  // on_accept checks under this lock
+        stopping_.store(true, std::memory_order_release);  // admit() checks under this lock
     }
     asio::post(accept_strand_, [this] {
         error_code ignored;
@@ -1023,8 +1279,9 @@ HttpServer::~HttpServer() = default;  // Impl's destructor shuts down
 Expected<std::unique_ptr<HttpServer>> HttpServer::start(const HttpServerOptions& options,
                                                         HttpHandler handler) {
     if (options.n_io_threads < 1 || options.port < 0 || options.port > 65535 ||
-        options.max_connections < 1 || options.idle_timeout_s < 1 || options.max_header_bytes < 1 ||
-        options.max_header_bytes > (1u << 31)) {
+        options.max_connections < 1 || options.max_connections_per_client < 0 ||
+        options.idle_timeout_s < 1 || options.header_timeout_s < 1 || options.body_timeout_s < 1 ||
+        options.max_header_bytes < 1 || options.max_header_bytes > (1u << 31)) {
         return invalid_argument("http: invalid server options");
     }
     if (!handler) return invalid_argument("http: no handler");

@@ -48,17 +48,26 @@ long ms_since(Clock::time_point t) {
     return static_cast<long>(std::chrono::duration_cast<milliseconds>(Clock::now() - t).count());
 }
 
-// A blocking client socket with a receive buffer.
+// A blocking client socket with a receive buffer. `source`: the local address to connect from
+// (any 127.x.y.z is loopback on Linux), for tests of per-client limits.
 class Client {
   public:
-    explicit Client(int port, int rcvbuf = 0) {
+    explicit Client(int port, int rcvbuf = 0, const char* source = nullptr) {
         fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
         if (rcvbuf > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+        if (source) {
+            sockaddr_in local{};
+            local.sin_family = AF_INET;
+            ::inet_pton(AF_INET, source, &local.sin_addr);
+            if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) close();
+        }
         sockaddr_in addr{};
         addr.sin_family = AF_INET;
         addr.sin_port = htons(static_cast<uint16_t>(port));
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) close();
+        if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+            close();
+        }
     }
     ~Client() { close(); }
     Client(const Client&) = delete;
@@ -69,6 +78,17 @@ class Client {
     void close() {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;
+    }
+    // An abortive close: the kernel sends RST instead of FIN (the client is really gone).
+    void reset() {
+        if (fd_ < 0) return;
+        linger lg{1, 0};
+        ::setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        close();
+    }
+    // FIN after the request: the client still reads the answer.
+    void shutdown_write() {
+        if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
     }
 
     void send(std::string_view data) {
@@ -557,6 +577,9 @@ TEST_F(HttpServerTest, ClientClosingBeforeAnswerFiresOnDisconnect) {
             std::lock_guard<std::mutex> lk(mu);
             return st->kept != nullptr;
         }));
+        // An abortive close (RST): a plain close() is only a FIN, which a half-closing client
+        // sends too, and a FIN alone does not mean the client is gone.
+        c.reset();
     }
     ASSERT_TRUE(wait_until([&] { return st->n_disconnects.load() > 0; }));
     std::lock_guard<std::mutex> lk(mu);
@@ -843,6 +866,369 @@ TEST_F(HttpServerTest, StartFailsOnABusyPort) {
     auto second = HttpServer::start(options, echo_handler);
     ASSERT_FALSE(second.has_value());
     EXPECT_NE(second.status().message().find("bind"), std::string::npos);
+}
+
+// ---- hostile clients (issue #19) ----
+
+// Sends `piece` every `every` from another thread until stopped or the server closes: a
+// slowloris that keeps a request alive without ever completing it.
+class Trickler {
+  public:
+    Trickler(Client& c, std::string piece, milliseconds every)
+        : thread_([this, &c, piece = std::move(piece), every] {
+              for (int i = 0; i < 100 && !stop_.load(); ++i) {
+                  c.send(piece);
+                  std::this_thread::sleep_for(every);
+              }
+          }) {}
+    ~Trickler() {
+        stop_ = true;
+        thread_.join();
+    }
+
+  private:
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+HttpHandler counting_echo(std::atomic<int>& n_handled) {
+    return [&n_handled](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+        ++n_handled;
+        echo_handler(std::move(req), std::move(res));
+    };
+}
+
+const std::string kChunkedHead =
+    "POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+// Beast's parser bounds the header but neither the trailer section nor a chunk-size line: it
+// buffered them without end, and a trailer field over 64 KiB then made Beast throw from inside
+// the read, which left the connection unanswered and open until the idle timer.
+TEST_F(HttpServerTest, HugeChunkedTrailerOrChunkLineGets431AndCloses) {
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled));
+    for (const std::string& bad :
+         {kChunkedHead + "5\r\nhello\r\n0\r\nX-Big: " + std::string(100 << 10, 'a') + "\r\n\r\n",
+          kChunkedHead + "5;" + std::string(100 << 10, 'e')}) {
+        Client c(port_);
+        auto t0 = Clock::now();
+        c.send(bad);
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << "no answer";
+        EXPECT_EQ(r->status, 431);
+        EXPECT_EQ(r->header("content-type"), "application/json");
+        EXPECT_NE(r->body.find("chunk header or the trailer section exceeds 65536 bytes"),
+                  std::string::npos)
+            << r->body;
+        EXPECT_TRUE(c.read_to_eof(3000ms));
+        EXPECT_LT(ms_since(t0), 3000);
+    }
+    Client ok(port_);
+    ok.send(kChunkedHead + "2\r\nok\r\n0\r\nX-Small: 1\r\n\r\n");
+    auto r = read_response(ok);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST /t ? body=ok");
+    EXPECT_EQ(n_handled.load(), 1);
+}
+
+// With a header limit over 64 KiB, a long field reaches Beast's field container, which throws
+// std::length_error: answered, not escaped into the io_context.
+TEST_F(HttpServerTest, FieldTooLongForTheParserGets431NotAHang) {
+    HttpServerOptions options;
+    options.max_header_bytes = 1 << 20;
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled), options);
+    const std::string field = "X-Big: " + std::string(70 << 10, 'a') + "\r\n";
+    for (const std::string& bad : {kChunkedHead + "5\r\nhello\r\n0\r\n" + field + "\r\n",
+                                   "GET / HTTP/1.1\r\nHost: t\r\n" + field + "\r\n"}) {
+        Client c(port_);
+        auto t0 = Clock::now();
+        c.send(bad);
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << "no answer";
+        EXPECT_EQ(r->status, 431);
+        EXPECT_NE(r->body.find("field too large"), std::string::npos) << r->body;
+        EXPECT_TRUE(c.read_to_eof(3000ms));
+        EXPECT_LT(ms_since(t0), 3000);
+    }
+    Client ok(port_);
+    ok.send("GET /ok HTTP/1.1\r\nHost: t\r\n\r\n");
+    auto r = read_response(ok);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(n_handled.load(), 1);
+    EXPECT_TRUE(wait_until([&] { return server_->n_connections() == 1; }));
+}
+
+TEST_F(HttpServerTest, SlowHeaderGets408AfterTheHeaderTimeout) {
+    HttpServerOptions options;
+    options.header_timeout_s = 1;  // idle_timeout_s stays 600
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled), options);
+    Client c(port_);
+    c.send("GET /first HTTP/1.1\r\nHost: t\r\n\r\n");
+    ASSERT_TRUE(read_response(c));
+    // Idle between requests for longer than the header deadline: not cut.
+    std::this_thread::sleep_for(1500ms);
+    c.send("GET /second HTTP/1.1\r\nHost: t\r\n\r\n");
+    auto second = read_response(c);
+    ASSERT_TRUE(second);
+    EXPECT_EQ(second->status, 200);
+
+    auto t0 = Clock::now();
+    std::optional<Response> r;
+    {
+        c.send("GET /slow HTTP/1.1\r\nHost: t\r\n");
+        Trickler trickle(c, "X-A: b\r\n", 100ms);  // never the blank line
+        r = read_response(c);
+    }
+    ASSERT_TRUE(r) << "no 408";
+    long took = ms_since(t0);
+    EXPECT_EQ(r->status, 408);
+    EXPECT_EQ(r->header("content-type"), "application/json");
+    EXPECT_NE(r->body.find("request header not complete within 1 s"), std::string::npos) << r->body;
+    EXPECT_EQ(lower(r->header("connection")), "close");
+    EXPECT_GE(took, 800);
+    EXPECT_LT(took, 3000);
+    EXPECT_TRUE(c.read_to_eof());
+    EXPECT_EQ(n_handled.load(), 2);
+}
+
+TEST_F(HttpServerTest, SilentNewConnectionIsClosedAfterTheHeaderTimeout) {
+    HttpServerOptions options;
+    options.header_timeout_s = 1;
+    start(echo_handler, options);
+    Client c(port_);
+    auto t0 = Clock::now();
+    EXPECT_TRUE(c.read_to_eof(4000ms));
+    EXPECT_GE(ms_since(t0), 800);
+    EXPECT_EQ(c.buf, "");  // nothing was asked: nothing is answered
+    EXPECT_TRUE(wait_until([&] { return server_->n_connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, SlowBodyGets408AfterTheBodyTimeout) {
+    HttpServerOptions options;
+    options.body_timeout_s = 1;
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled), options);
+    Client c(port_);
+    auto t0 = Clock::now();
+    std::optional<Response> r;
+    {
+        c.send("POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n");
+        Trickler trickle(c, "x", 100ms);
+        r = read_response(c);
+    }
+    ASSERT_TRUE(r) << "no 408";
+    long took = ms_since(t0);
+    EXPECT_EQ(r->status, 408);
+    EXPECT_NE(r->body.find("request body not complete within 1 s"), std::string::npos) << r->body;
+    EXPECT_GE(took, 800);
+    EXPECT_LT(took, 3000);
+    EXPECT_TRUE(c.read_to_eof());
+    EXPECT_EQ(n_handled.load(), 0);
+}
+
+TEST_F(HttpServerTest, ConnectionsOverThePerClientLimitGet503) {
+    HttpServerOptions options;
+    options.max_connections_per_client = 2;
+    start(echo_handler, options);
+    Client a(port_), b(port_);
+    for (Client* c : {&a, &b}) {
+        c->send("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+        auto r = read_response(*c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200);
+    }
+    {
+        Client over(port_);
+        auto r = read_response(over);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 503);
+        EXPECT_EQ(r->header("retry-after"), "1");
+        EXPECT_NE(r->body.find("too many connections from this client"), std::string::npos);
+        EXPECT_TRUE(over.read_to_eof());
+    }
+    // Another address has its own count.
+    Client other(port_, 0, "127.0.0.2");
+    ASSERT_TRUE(other.ok());
+    other.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    auto r_other = read_response(other);
+    ASSERT_TRUE(r_other);
+    EXPECT_EQ(r_other->status, 200);
+    EXPECT_EQ(r_other->header("x-remote").rfind("127.0.0.2:", 0), 0u);
+    a.close();
+    ASSERT_TRUE(wait_until([&] { return server_->n_connections() <= 2; }));
+    Client later(port_);
+    later.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    auto r = read_response(later);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+}
+
+// A coding other than a final chunked leaves the body length unknown (RFC 9112 6.1); running
+// the body as the next request is request smuggling. Each "body" here is a whole request.
+TEST_F(HttpServerTest, UnsupportedTransferEncodingGets400AndCloses) {
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled));
+    const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n";
+    for (const std::string& bad : {
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n" + smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, gzip\r\n\r\n" + smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n" +
+                 smuggled,
+             // HTTP/1.0 has no chunked coding.
+             "POST /te HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled,
+         }) {
+        Client c(port_);
+        c.send(bad);
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << bad;
+        EXPECT_EQ(r->status, 400) << bad;
+        EXPECT_NE(r->body.find("Transfer-Encoding"), std::string::npos) << r->body;
+        EXPECT_EQ(lower(r->header("connection")), "close");
+        EXPECT_TRUE(c.read_to_eof()) << bad;
+        EXPECT_EQ(c.buf, "") << "a second response: " << bad;
+    }
+    EXPECT_EQ(n_handled.load(), 0);
+}
+
+TEST_F(HttpServerTest, TransferEncodingWithContentLengthGets400AndCloses) {
+    std::atomic<int> n_handled{0};
+    start(counting_echo(n_handled));
+    const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n";
+    const std::string length = "Content-Length: " + std::to_string(smuggled.size()) + "\r\n";
+    for (const std::string& bad : {
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n" + length + "\r\n" +
+                 smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\n" + length + "Transfer-Encoding: chunked\r\n\r\n" +
+                 smuggled,
+             "POST /te HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n" + length + "\r\n" +
+                 smuggled,
+         }) {
+        Client c(port_);
+        c.send(bad);
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << bad;
+        EXPECT_EQ(r->status, 400) << bad;
+        EXPECT_TRUE(c.read_to_eof()) << bad;
+        EXPECT_EQ(c.buf, "") << "a second response: " << bad;
+    }
+    EXPECT_EQ(n_handled.load(), 0);
+}
+
+// shutdown(SHUT_WR) after the request is a legitimate way to say "no more requests"; the client
+// still reads. Its FIN must not be taken for a disconnect.
+TEST_F(HttpServerTest, HalfClosedClientGetsItsWholeAnswer) {
+    struct State {
+        std::atomic<int> n_disconnects{0};
+        std::atomic<bool> saw_gone{false};
+    };
+    auto st = std::make_shared<State>();
+    start([this, st](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+        res->on_disconnect([st] { ++st->n_disconnects; });
+        spawn([res, st, path = req.path] {
+            std::this_thread::sleep_for(100ms);  // well after the client's FIN arrived
+            st->saw_gone = st->saw_gone || res->client_gone();
+            if (path != "/stream") return res->send(200, "answer to " + path, "text/plain");
+            res->start_stream(200, "text/plain");
+            for (int i = 0; i < 5; ++i) {
+                res->write("part" + std::to_string(i));
+                std::this_thread::sleep_for(20ms);
+                st->saw_gone = st->saw_gone || res->client_gone();
+            }
+            res->end();
+        });
+    });
+    {
+        Client c(port_);
+        c.send("GET /plain HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.shutdown_write();
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << "no answer after a half-close";
+        EXPECT_EQ(r->status, 200);
+        EXPECT_EQ(r->body, "answer to /plain");
+        EXPECT_TRUE(c.read_to_eof());  // and closed after it
+    }
+    {
+        Client c(port_);
+        c.send("GET /stream HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.shutdown_write();
+        auto r = read_response(c);
+        ASSERT_TRUE(r) << "stream cut after a half-close";
+        EXPECT_EQ(r->header("transfer-encoding"), "chunked");
+        EXPECT_EQ(r->body, "part0part1part2part3part4");
+        EXPECT_TRUE(c.read_to_eof());
+    }
+    {
+        // Requests pipelined before the FIN are all answered, in order; the last one says so.
+        Client c(port_);
+        c.send("GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.shutdown_write();
+        auto ra = read_response(c);
+        ASSERT_TRUE(ra);
+        EXPECT_EQ(ra->body, "answer to /a");
+        auto rb = read_response(c);
+        ASSERT_TRUE(rb);
+        EXPECT_EQ(rb->body, "answer to /b");
+        EXPECT_EQ(lower(rb->header("connection")), "close");
+        EXPECT_TRUE(c.read_to_eof());
+    }
+    join_workers();
+    EXPECT_EQ(st->n_disconnects.load(), 0);
+    EXPECT_FALSE(st->saw_gone.load());
+    EXPECT_TRUE(wait_until([&] { return server_->n_connections() == 0; }));
+}
+
+TEST_F(HttpServerTest, CustomErrorBodyMakesTheServersOwnErrors) {
+    HttpServerOptions options;
+    options.max_body_bytes = 16;
+    options.error_body = [](const std::string& path, int status, std::string_view message) {
+        return "{\"path\":\"" + path + "\",\"status\":" + std::to_string(status) +
+               ",\"message\":\"" + std::string(message) + "\"}";
+    };
+    start(
+        [](HttpRequest&& req, std::shared_ptr<HttpResponder> res) {
+            if (req.path == "/drop") return;  // dropped unanswered: the server's 500
+            res->send(200, "ok");
+        },
+        options);
+    {
+        Client c(port_);
+        c.send("POST /big?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n");
+        auto r = read_response(c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 413);
+        EXPECT_EQ(r->header("content-type"), "application/json");
+        EXPECT_EQ(r->body,
+                  "{\"path\":\"/big\",\"status\":413,"
+                  "\"message\":\"request body exceeds 16 bytes\"}");
+    }
+    {
+        Client c(port_);
+        c.send("\x01\x02 nonsense\r\n\r\n");
+        auto r = read_response(c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 400);
+        EXPECT_EQ(
+            r->body.rfind("{\"path\":\"\",\"status\":400,\"message\":\"malformed HTTP request", 0),
+            0u)
+            << r->body;
+    }
+    {
+        Client c(port_);
+        c.send("GET /drop HTTP/1.1\r\nHost: t\r\n\r\n");
+        auto r = read_response(c);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 500);
+        EXPECT_EQ(r->body,
+                  "{\"path\":\"/drop\",\"status\":500,"
+                  "\"message\":\"the server did not answer the request\"}");
+    }
 }
 
 TEST(SseEvent, FramesLinesAndEventName) {

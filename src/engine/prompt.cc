@@ -1,0 +1,179 @@
+#include "engine/prompt.h"
+
+#include <nlohmann/json.hpp>
+
+#include "chat/jinja.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferrox {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kChatMlTemplate =
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// A tool name no real template prints unless it renders `tools`.
+constexpr const char* kProbeTool = "ferrox_probe_tool_3f9c";
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Client JSON text that must be an object (call arguments, tool parameters). Depth is bounded
+// by the server's body scan before any of this is parsed.
+Expected<json> parse_object(const std::string& text, const std::string& what) {
+    if (text.empty()) return json::object();
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return invalid_argument(what + " is not a JSON object");
+    return j;
+}
+
+// The system message that teaches a template without tool support the generic format.
+std::string describe_tools(const std::vector<ToolSpec>& tools, const Conversation& conv) {
+    std::string s =
+        "You can call functions (tools). To call one, answer with exactly\n"
+        "<tool_call>\n{\"name\": <function name>, \"arguments\": <arguments object>}\n</tool_call>\n"
+        "and nothing else; the result comes back in the next message. The functions:\n";
+    for (const ToolSpec& t : tools) {
+        json f = {{"name", t.name}, {"description", t.description}};
+        auto p = parse_object(t.parameters, "parameters");
+        f["parameters"] = p.has_value() ? *p : json::object();
+        s += dump(f) + "\n";
+    }
+    if (conv.tool_choice == ToolChoice::kRequired) s += "You must call one of them.\n";
+    if (conv.tool_choice == ToolChoice::kNamed) s += "You must call " + conv.tool_choice_name + ".\n";
+    return s;
+}
+
+// Markup the vocab may hold as control tokens, which the detokenizer leaves out unless asked.
+bool markup_is_control(const Tokenizer& tok, const OutputFormat& f) {
+    static const char* kMarkers[] = {"<tool_call>", "[TOOL_CALLS]", "<|channel|>", "<|message|>",
+                                     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+                                     "<|START_ACTION|>", "<|python_tag|>", "<|START_THINKING|>",
+                                     "[THINK]", "[ARGS]"};
+    std::vector<std::string> markers(std::begin(kMarkers), std::end(kMarkers));
+    markers.push_back(f.think_start);
+    markers.push_back(f.think_end);
+    for (const std::string& m : markers) {
+        if (m.empty()) continue;
+        const std::vector<int32_t> ids = tok.encode(m, false, true);
+        if (ids.size() == 1 && !tok.is_eog(ids[0]) && tok.token_to_piece(ids[0]).empty()) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+PromptBuilder::~PromptBuilder() = default;
+
+Expected<std::unique_ptr<PromptBuilder>> PromptBuilder::create(const Tokenizer& tok,
+                                                               std::string template_source,
+                                                               PromptOptions options) {
+    std::unique_ptr<PromptBuilder> b(new PromptBuilder());
+    b->tok_ = &tok;
+    b->options_ = options;
+    b->source_ = template_source.empty() ? std::string(kChatMlTemplate) : std::move(template_source);
+    auto t = JinjaTemplate::parse(b->source_);
+    if (!t.has_value()) return Status(t.status().code(), "chat template: " + t.status().message());
+    b->tmpl_ = std::make_unique<JinjaTemplate>(std::move(*t));
+    b->format_ = detect_output_format(b->source_);
+    b->format_.split_reasoning = options.split_reasoning;
+    // Does the template show the model its tools? Render a probe; a template that raises on
+    // it (some insist on strict role alternation) is taken to render them.
+    Conversation probe;
+    probe.messages.push_back({.role = "user", .content = "hi"});
+    probe.tools.push_back({.name = kProbeTool, .description = "probe", .parameters = "{}"});
+    auto text = b->render_json(probe, true, /*describe_tools=*/false);
+    b->renders_tools_ = !text.has_value() || text->find(kProbeTool) != std::string::npos;
+    if (!b->renders_tools_) b->format_.tools = ToolCallFormat::kGeneric;
+    return b;
+}
+
+Expected<std::string> PromptBuilder::render_json(const Conversation& conv, bool add_generation_prompt,
+                                                 bool describe) const {
+    const bool with_tools = !conv.tools.empty() && conv.tool_choice != ToolChoice::kNone;
+    json messages = json::array();
+    if (with_tools && describe) {
+        // Into the first system message, or a new one in front.
+        if (!conv.messages.empty() && conv.messages[0].role == "system") {
+            messages.push_back({{"role", "system"},
+                                {"content", conv.messages[0].content + "\n\n" + describe_tools(conv.tools, conv)}});
+        } else {
+            messages.push_back({{"role", "system"}, {"content", describe_tools(conv.tools, conv)}});
+        }
+    }
+    for (size_t i = 0; i < conv.messages.size(); ++i) {
+        const ChatMessage& m = conv.messages[i];
+        if (i == 0 && with_tools && describe && m.role == "system") continue;
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        json jm = {{"role", m.role}, {"content", m.content}};
+        if (!m.reasoning.empty()) jm["reasoning_content"] = m.reasoning;
+        if (!m.tool_calls.empty()) {
+            json calls = json::array();
+            for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+                const ToolCall& c = m.tool_calls[k];
+                auto args = parse_object(c.arguments, where + ".tool_calls[" + std::to_string(k) + "].arguments");
+                if (!args.has_value()) return args.status();
+                calls.push_back({{"id", c.id}, {"type", "function"},
+                                 {"function", {{"name", c.name}, {"arguments", *args}}}});
+            }
+            jm["tool_calls"] = calls;
+        }
+        if (!m.tool_call_id.empty()) jm["tool_call_id"] = m.tool_call_id;
+        if (!m.name.empty()) jm["name"] = m.name;
+        messages.push_back(std::move(jm));
+    }
+    ChatTemplateInputs in;
+    in.messages_json = dump(messages);
+    if (with_tools && !describe) {
+        json tools = json::array();
+        for (const ToolSpec& t : conv.tools) {
+            auto p = parse_object(t.parameters, "tools[" + t.name + "].parameters");
+            if (!p.has_value()) return p.status();
+            tools.push_back({{"type", "function"},
+                             {"function", {{"name", t.name}, {"description", t.description}, {"parameters", *p}}}});
+        }
+        in.tools_json = dump(tools);
+    }
+    in.add_generation_prompt = add_generation_prompt;
+    if (tok_->bos() >= 0) in.bos_token = std::string(tok_->token_text(tok_->bos()));
+    if (tok_->eos() >= 0) in.eos_token = std::string(tok_->token_text(tok_->eos()));
+    in.extra_context_json = conv.template_kwargs;
+    auto r = render_chat_template(*tmpl_, in);
+    if (!r.has_value()) return Status(r.status().code(), "chat template: " + r.status().message());
+    return r;
+}
+
+Expected<std::string> PromptBuilder::render(const Conversation& conv, bool add_generation_prompt) const {
+    return render_json(conv, add_generation_prompt, /*describe_tools=*/!renders_tools_);
+}
+
+std::vector<int32_t> PromptBuilder::tokenize(std::string_view text) const {
+    bool add_special = true;
+    if (tok_->add_bos() && tok_->bos() >= 0) {
+        const std::string_view bos = tok_->token_text(tok_->bos());
+        if (!bos.empty() && text.substr(0, bos.size()) == bos) add_special = false;
+    }
+    return tok_->encode(text, add_special, /*parse_special=*/true);
+}
+
+Expected<ChatPrompt> PromptBuilder::build(const Conversation& conv) const {
+    auto text = render(conv, true);
+    if (!text.has_value()) return text.status();
+    ChatPrompt p;
+    p.text = std::move(*text);
+    p.tokens = tokenize(p.text);
+    p.output = format_;
+    // Without tools the answer has no calls to parse, except in formats whose channels carry
+    // the reasoning and the text too (harmony, Command R7B).
+    const bool channels = format_.tools == ToolCallFormat::kHarmony || format_.tools == ToolCallFormat::kCommandR7B;
+    if ((conv.tools.empty() || conv.tool_choice == ToolChoice::kNone) && !channels) {
+        p.output.tools = ToolCallFormat::kNone;
+    }
+    p.output.starts_in_reasoning = p.output.split_reasoning && prompt_opens_reasoning(p.text, p.output);
+    p.special_markup = markup_is_control(*tok_, p.output);
+    return p;
+}
+
+}  // namespace ferrox

@@ -1,0 +1,57 @@
+#pragma once
+// The state every route shares: options, readiness, the served model, the worker threads and
+// the Responses store. Routes reach a model only through acquire(), once per request.
+//
+// Threading: any thread; the model pointer is swapped under a mutex.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/served_model.h"
+#include "server/api_error.h"
+#include "server/http.h"
+
+namespace ferrox {
+
+class Workers;
+class ResponseStore;
+
+enum class ReasoningField { kReasoningContent, kReasoning, kBoth };
+
+struct ApiServerOptions {
+    HttpServerOptions http;
+    std::vector<std::string> api_keys;  // empty: no authentication
+    std::string alias;                  // model id to report; default: the file name stem
+    std::string chat_template_override; // replaces the model's template when not empty
+    int default_max_tokens = -1;        // when a request gives none: until the end or context
+    bool split_reasoning = true;        // --reasoning-format none: thinking stays in the text
+    ReasoningField reasoning_field = ReasoningField::kBoth;  // Chat Completions' field name(s)
+    int n_workers = 2;                  // threads for parsing, templates and event building
+    size_t responses_max_count = 1000;  // stored Responses kept (oldest evicted first)
+    size_t responses_max_bytes = 64 << 20;
+};
+
+struct ServerContext {
+    ApiServerOptions opts;
+    std::atomic<bool> ready{false};
+    std::atomic<bool> stopping{false};
+    std::unique_ptr<Workers> workers;
+    std::unique_ptr<ResponseStore> responses;
+
+    // The model a request names ("" : the default); false with a 404 model_not_found (or a
+    // 503 while none is ready) in *err.
+    bool acquire(const std::string& name, ModelLease* out, ApiError* err) const;
+    // The models served, for /v1/models.
+    std::vector<ModelLease> models() const;
+    void set_model(ModelLease m);
+    ModelLease take_model();  // shutdown
+
+  private:
+    mutable std::mutex mu_;
+    ModelLease model_;
+};
+
+}  // namespace ferrox

@@ -1,0 +1,199 @@
+#include "server/generation.h"
+
+#include <deque>
+#include <mutex>
+
+#include "server/workers.h"
+
+namespace ferrox {
+
+namespace {
+
+// A client that stopped reading: its queued output is capped, then it is cut off.
+constexpr size_t kMaxPendingBytes = 16 << 20;
+
+struct Generation : std::enable_shared_from_this<Generation> {
+    struct Choice {
+        std::optional<OutputParser> parser;
+        bool done = false;
+    };
+    struct Queued {
+        int i = 0;
+        EngineEvent ev;
+    };
+
+    Workers* workers = nullptr;
+    GenerationJob job;
+    std::shared_ptr<HttpResponder> res;
+    std::unique_ptr<GenerationSink> sink;
+    std::vector<Choice> choices;
+    std::vector<std::shared_ptr<RequestHandle>> handles;  // guarded by mu once started
+
+    std::mutex mu;  // the mailbox and the flags below
+    std::deque<Queued> mailbox;
+    bool started = false;   // sink->start() ran: events may be drained
+    bool draining = false;  // a worker owns the sink now
+    bool aborted = false;   // refused: later events are dropped
+
+    // Worker-only (one drain at a time).
+    Usage usage;
+    int n_done = 0;
+    bool failed = false;
+    ApiError error;
+
+    void cancel_all() {
+        std::lock_guard<std::mutex> lk(mu);
+        for (auto& h : handles) h->cancel();
+    }
+
+    // Engine thread: only queue.
+    void enqueue(int i, EngineEvent&& ev) {
+        bool schedule = false;
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (aborted) return;
+            mailbox.push_back({i, std::move(ev)});
+            schedule = started && !draining;
+            if (schedule) draining = true;
+        }
+        if (schedule) post_drain();
+    }
+
+    void post_drain() {
+        auto self = shared_from_this();
+        workers->post([self] { self->drain(); });
+    }
+
+    void drain() {
+        for (;;) {
+            std::deque<Queued> batch;
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                if (mailbox.empty()) {
+                    draining = false;
+                    return;
+                }
+                batch.swap(mailbox);
+            }
+            for (Queued& q : batch) process(q.i, std::move(q.ev));
+        }
+    }
+
+    void deliver(int i, std::vector<ChatDelta>& deltas, std::span<const TokenLogprob> lps) {
+        bool lps_sent = lps.empty();
+        for (const ChatDelta& d : deltas) {
+            if (!lps_sent && d.kind == ChatDelta::Kind::kText) {
+                sink->delta(*res, i, d, lps);
+                lps_sent = true;
+            } else {
+                sink->delta(*res, i, d, {});
+            }
+        }
+        if (!lps_sent) sink->delta(*res, i, ChatDelta{}, lps);  // held-back text: logprobs alone
+    }
+
+    void process(int i, EngineEvent&& ev) {
+        Choice& ch = choices[i];
+        if (ev.kind == EngineEvent::Kind::kProgress) {
+            if (!res->client_gone()) sink->progress(*res);
+            return;
+        }
+        if (ev.kind == EngineEvent::Kind::kText) {
+            if (job.stream && res->pending_bytes() > kMaxPendingBytes) cancel_all();
+            if (ev.token >= 0) sink->token(i, ev.token);
+            std::vector<ChatDelta> deltas;
+            if (ch.parser) {
+                ch.parser->push(ev.text, &deltas);
+            } else if (!ev.text.empty()) {
+                deltas.push_back(ChatDelta{ChatDelta::Kind::kText, std::move(ev.text), {}, {}});
+            }
+            for (const ChatDelta& d : deltas) {
+                if (d.kind == ChatDelta::Kind::kReasoning) {
+                    ++usage.n_reasoning;
+                    break;
+                }
+            }
+            deliver(i, deltas, ev.logprobs);
+            return;
+        }
+        // kDone
+        std::vector<ChatDelta> deltas;
+        if (ch.parser) ch.parser->finish(&deltas);
+        deliver(i, deltas, {});
+        ch.done = true;
+        ++n_done;
+        usage.n_prompt = ev.n_prompt;
+        usage.n_completion += ev.n_completion;
+        usage.n_cached = std::max(usage.n_cached, ev.n_cached);
+        if (ev.finish == FinishReason::kError && !failed) {
+            failed = true;
+            error = from_status(ev.error);
+        }
+        ChoiceEnd end;
+        end.finish = ev.finish;
+        end.tool_calls = ch.parser && ch.parser->n_tool_calls() > 0;
+        end.stop_word = ev.stop_matched;
+        end.n_completion = ev.n_completion;
+        sink->choice_end(*res, i, end);
+        if (n_done < static_cast<int>(choices.size())) return;
+        if (res->client_gone()) return;
+        if (failed) {
+            sink->fail(*res, error, true);
+        } else {
+            sink->finish(*res, usage);
+        }
+    }
+};
+
+}  // namespace
+
+void run_generation(Workers& workers, GenerationJob job, std::shared_ptr<HttpResponder> res,
+                    std::unique_ptr<GenerationSink> sink) {
+    auto g = std::make_shared<Generation>();
+    g->workers = &workers;
+    g->res = std::move(res);
+    g->sink = std::move(sink);
+    g->choices.resize(job.n);
+    if (job.output) {
+        for (auto& ch : g->choices) ch.parser.emplace(*job.output);
+    }
+    g->job = std::move(job);
+    const GenerationJob& j = g->job;
+    // Submit every choice before answering: a refused request still gets its HTTP status.
+    for (int i = 0; i < j.n; ++i) {
+        GenerationParams p = j.params;
+        p.sampling.seed += static_cast<uint64_t>(i);
+        // The engine keeps the sink, and so the generation, until the choice's last event.
+        auto h = j.model->submit(j.prompt, std::move(p),
+                                 [g, i](EngineEvent&& ev) { g->enqueue(i, std::move(ev)); });
+        if (!h.has_value()) {
+            {
+                std::lock_guard<std::mutex> lk(g->mu);
+                g->aborted = true;  // events of the cancelled choices are dropped
+                for (auto& prev : g->handles) prev->cancel();
+            }
+            const bool blame_prompt = h.status().code() == StatusCode::kInvalidArgument;
+            ApiError e = from_status(h.status(), blame_prompt ? j.prompt_param : "");
+            if (blame_prompt) e.code = "context_length_exceeded";  // what Codex and the SDKs look for
+            g->sink->fail(*g->res, e, false);
+            return;
+        }
+        std::lock_guard<std::mutex> lk(g->mu);
+        g->handles.push_back(*h);
+    }
+    g->sink->start(*g->res);
+    bool schedule = false;
+    {
+        std::lock_guard<std::mutex> lk(g->mu);
+        g->started = true;
+        schedule = !g->mailbox.empty() && !g->draining;
+        if (schedule) g->draining = true;
+    }
+    if (schedule) g->post_drain();
+    std::weak_ptr<Generation> weak = g;
+    g->res->on_disconnect([weak] {
+        if (auto gen = weak.lock()) gen->cancel_all();
+    });
+}
+
+}  // namespace ferrox

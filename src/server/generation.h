@@ -1,0 +1,78 @@
+#pragma once
+// The protocol-neutral half of every generating route: submit n choices of one prompt, refuse
+// before the response starts (queue full, prompt too long: a proper HTTP status, never an
+// error inside a 200 stream), cancel on disconnect, cut off a client that stops reading, run
+// the stream parsers (reasoning, tool calls) per choice, and add up usage. A protocol only
+// supplies a GenerationSink that turns neutral deltas into its wire format.
+//
+// Threading: the engine's callback only queues the event into the generation's mailbox; a
+// worker drains it, one drain at a time, so a sink is never called concurrently and sees each
+// choice's events in order. Sinks write to the (thread-safe) responder.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "chat/output_parser.h"
+#include "engine/request.h"
+#include "engine/served_model.h"
+#include "server/api_error.h"
+#include "server/http.h"
+
+namespace ferrox {
+
+class Workers;
+
+struct Usage {
+    int n_prompt = 0;
+    int n_completion = 0;  // all choices
+    int n_cached = 0;      // prompt tokens reused from the prefix cache
+    int n_reasoning = 0;   // completion tokens spent inside reasoning (approximate: by text share)
+};
+
+struct ChoiceEnd {
+    FinishReason finish = FinishReason::kStop;  // kStop, kLength, kCancelled or kError
+    bool tool_calls = false;  // the answer holds tool calls
+    std::string stop_word;    // the stop string that ended it ("" for EOS or length)
+    int n_completion = 0;
+};
+
+class GenerationSink {
+  public:
+    virtual ~GenerationSink() = default;
+    // Every choice was accepted: a stream writes its status line and opening events.
+    virtual void start(HttpResponder& res) = 0;
+    // A piece of choice `i`: text, reasoning or one complete tool call. `logprobs` are those of
+    // the tokens behind this text (may be empty; they may come with an empty text).
+    virtual void delta(HttpResponder& res, int i, const ChatDelta& d,
+                       std::span<const TokenLogprob> logprobs) = 0;
+    // Every sampled token of choice `i` before its text (which may be held back) is delivered.
+    virtual void token(int i, int32_t id) {}
+    virtual void choice_end(HttpResponder& res, int i, const ChoiceEnd& end) = 0;
+    // A prefill chunk went by: streams may send a keep-alive (Anthropic: ping).
+    virtual void progress(HttpResponder& res) {}
+    // Every choice ended normally: the final response, or the end of the stream.
+    virtual void finish(HttpResponder& res, const Usage& usage) = 0;
+    // Refused before start() (`started` false: answer with e.status), or failed after it.
+    virtual void fail(HttpResponder& res, const ApiError& e, bool started) = 0;
+};
+
+struct GenerationJob {
+    ModelLease model;
+    std::vector<int32_t> prompt;
+    GenerationParams params;
+    int n = 1;
+    bool stream = false;
+    // How answers are parsed; nullopt: plain text (legacy completions, /completion).
+    std::optional<OutputFormat> output;
+    std::string prompt_param = "messages";  // the field a too-long prompt is blamed on
+};
+
+// Returns at once; the sink is called from workers until finish() or fail().
+void run_generation(Workers& workers, GenerationJob job, std::shared_ptr<HttpResponder> res,
+                    std::unique_ptr<GenerationSink> sink);
+
+}  // namespace ferrox

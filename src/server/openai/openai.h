@@ -1,0 +1,28 @@
+#pragma once
+// OpenAI's protocols: Chat Completions, legacy Completions, Responses, and the model list.
+// Each file holds one wire format: parse(json) -> neutral request, a sink turning neutral
+// deltas into its events. Shared parsing of chat messages lives here because /apply-template
+// (llama.cpp's utility) takes OpenAI messages too.
+
+#include <string>
+
+#include "chat/messages.h"
+#include "server/api_error.h"
+#include "server/json_util.h"
+
+namespace ferrox {
+
+class Router;
+struct ServerContext;
+
+void add_openai_routes(Router& router, ServerContext& ctx);
+void add_responses_routes(Router& router, ServerContext& ctx);
+
+// Chat Completions' messages / tools / tool_choice / parallel_tool_calls / chat_template_kwargs
+// into a Conversation. Errors name the field (messages[2].tool_calls[0].function.arguments).
+bool parse_openai_conversation(const json& body, Conversation* conv, ApiError* err);
+
+// An OpenAI call id: "call_" + 24 hex digits.
+std::string openai_call_id();
+
+}  // namespace ferrox

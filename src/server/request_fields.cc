@@ -1,0 +1,117 @@
+#include "server/request_fields.h"
+
+#include <cstdlib>
+#include <random>
+
+namespace ferrox {
+
+bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
+                   ApiError* err) {
+    SamplingParams& sp = params->sampling;
+    double d = sp.temperature;
+    if (!f.number("temperature", 0, limits.max_temperature, &d, err)) return false;
+    sp.temperature = static_cast<float>(d);
+    d = sp.top_p;
+    if (!f.number("top_p", 0, 1, &d, err)) return false;
+    sp.top_p = static_cast<float>(d);
+    d = sp.min_p;
+    if (!f.number("min_p", 0, 1, &d, err)) return false;
+    sp.min_p = static_cast<float>(d);
+    int64_t i = sp.top_k;
+    if (!f.integer("top_k", -1, 1 << 20, &i, err)) return false;
+    sp.top_k = static_cast<int>(i);
+    d = sp.presence_penalty;
+    if (!f.number("presence_penalty", -2, 2, &d, err)) return false;
+    sp.presence_penalty = static_cast<float>(d);
+    d = sp.frequency_penalty;
+    if (!f.number("frequency_penalty", -2, 2, &d, err)) return false;
+    sp.frequency_penalty = static_cast<float>(d);
+    d = sp.repeat_penalty;
+    if (!f.number("repetition_penalty", 0.01, 10, &d, err)) return false;
+    if (!f.number("repeat_penalty", 0.01, 10, &d, err)) return false;
+    sp.repeat_penalty = static_cast<float>(d);
+    i = sp.penalty_last_n;
+    if (!f.integer("repeat_last_n", -1, 1 << 20, &i, err)) return false;
+    sp.penalty_last_n = static_cast<int>(i);
+    *seeded = false;
+    int64_t seed = -1;
+    if (!f.integer("seed", INT64_MIN, INT64_MAX, &seed, err)) return false;
+    if (f.find("seed") && seed != -1) {  // llama.cpp: -1 is "random"
+        sp.seed = static_cast<uint64_t>(seed);
+        *seeded = true;
+    } else {
+        sp.seed = std::random_device{}();
+    }
+    if (!f.boolean("ignore_eos", &params->ignore_eos, err)) return false;
+    // llama.cpp's extension: false computes the whole prompt and leaves nothing in the cache.
+    if (!f.boolean("cache_prompt", &params->cache_prompt, err)) return false;
+    return true;
+}
+
+bool read_logit_bias(const Fields& f, const ServedModel& model, SamplingParams* sp, ApiError* err) {
+    const json* v = f.find("logit_bias");
+    if (!v) return true;
+    const std::string param = f.name("logit_bias");
+    auto add = [&](int64_t id, const json& bias) {
+        if (id < 0 || id >= model.n_vocab()) {
+            *err = bad_param(param, "Invalid token id " + std::to_string(id) + " in '" + param +
+                                        "': the vocabulary has " + std::to_string(model.n_vocab()) + " tokens.");
+            return false;
+        }
+        double b = 0;
+        if (bias.is_boolean() && !bias.get<bool>()) {
+            b = -1e30;  // llama.cpp: false bans the token
+        } else if (bias.is_number() && bias.get<double>() >= -100 && bias.get<double>() <= 100) {
+            b = bias.get<double>();
+        } else {
+            *err = bad_param(param, "Invalid value in '" + param + "': biases must be numbers in [-100, 100].");
+            return false;
+        }
+        sp->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+        return true;
+    };
+    if (v->is_object()) {
+        for (const auto& [k, bias] : v->items()) {
+            char* end = nullptr;
+            const long long id = std::strtoll(k.c_str(), &end, 10);
+            if (k.empty() || *end) {
+                *err = bad_param(param, "Invalid key in '" + param + "': '" + k + "' is not a token id.");
+                return false;
+            }
+            if (!add(id, bias)) return false;
+        }
+        return true;
+    }
+    if (v->is_array()) {
+        for (const auto& pair : *v) {
+            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) {
+                *err = bad_param(param, "Invalid '" + param + "': expected [token id, bias] pairs.");
+                return false;
+            }
+            if (!add(pair[0].is_number_unsigned() && pair[0].get<uint64_t>() > INT64_MAX ? -1 : pair[0].get<int64_t>(),
+                     pair[1]))
+                return false;
+        }
+        return true;
+    }
+    *err = wrong_type(param, "an object", *v);
+    return false;
+}
+
+bool read_token_ids(const json& arr, const std::string& param, const ServedModel& model,
+                    std::vector<int32_t>* out, ApiError* err) {
+    for (size_t i = 0; i < arr.size(); ++i) {
+        const json& t = arr[i];
+        const bool ok = t.is_number_integer() && !(t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX) &&
+                        t.get<int64_t>() >= 0 && t.get<int64_t>() < model.n_vocab();
+        if (!ok) {
+            *err = bad_param(param, "Invalid token id at '" + param + "[" + std::to_string(i) + "]': " + t.dump() +
+                                        " is not in [0, " + std::to_string(model.n_vocab()) + ").");
+            return false;
+        }
+        out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return true;
+}
+
+}  // namespace ferrox

@@ -1,0 +1,34 @@
+#pragma once
+// Fields several protocols share under the same names: the sampler's knobs (OpenAI, llama.cpp
+// and vLLM spell them alike), logit_bias, token-id prompts. Each protocol reads its own
+// length and stop fields.
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/served_model.h"
+#include "server/json_util.h"
+
+namespace ferrox {
+
+struct SamplingLimits {
+    double max_temperature = 2;  // Anthropic allows 1
+};
+
+// temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
+// repetition_penalty / repeat_penalty, repeat_last_n, seed (a random one when absent; *seeded
+// says whether the client gave it), ignore_eos, cache_prompt.
+bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
+                   ApiError* err);
+
+// OpenAI's {"token id": bias} object, or llama.cpp's [[id, bias], ...] / [[id, false]] (false:
+// never) list. Ids are checked against the vocabulary.
+bool read_logit_bias(const Fields& f, const ServedModel& model, SamplingParams* sp, ApiError* err);
+
+// A prompt item of token ids: every element an integer id in the vocabulary (400 naming the
+// position otherwise).
+bool read_token_ids(const json& arr, const std::string& param, const ServedModel& model,
+                    std::vector<int32_t>* out, ApiError* err);
+
+}  // namespace ferrox

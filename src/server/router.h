@@ -1,0 +1,62 @@
+#pragma once
+// The method + path table in front of every protocol: authentication, 404 and 405 in the
+// protocol's own error shape, JSON bodies parsed (bounded) for the routes that take one, and
+// readiness. A matched route's handler runs on a worker thread (workers.h), not on the I/O
+// thread that received the request.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/http.h"
+#include "server/json_util.h"
+
+namespace ferrox {
+
+class Workers;
+
+struct RouteRequest {
+    HttpRequest http;
+    json body;                        // the parsed object, for routes with json_body
+    std::vector<std::string> params;  // the path's {placeholders}, in order
+};
+
+using RouteFn = std::function<void(RouteRequest& req, std::shared_ptr<HttpResponder> res)>;
+
+struct Route {
+    std::string method;  // "GET" (also answers HEAD), "POST", "DELETE"
+    std::string path;    // "/v1/responses/{id}": a {name} segment matches any one segment
+    Protocol protocol = Protocol::kOpenAI;
+    RouteFn fn;
+    bool json_body = false;
+    bool needs_auth = true;
+    bool needs_ready = true;  // 503 while no model is ready or the server stops
+};
+
+struct RouterOptions {
+    std::vector<std::string> api_keys;  // empty: no authentication
+    std::function<bool()> ready;        // a model can serve
+    std::function<bool()> stopping;
+};
+
+class Router {
+  public:
+    Router(RouterOptions options, Workers* workers);
+    void add(Route route);
+    // I/O thread: matches, checks, and hands the route to a worker.
+    void handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) const;
+    // The protocol whose shape errors on `path` take (for errors the HTTP layer answers).
+    Protocol protocol_for(const std::string& path) const;
+
+    static void send_error(HttpResponder& res, Protocol protocol, const ApiError& e);
+
+  private:
+    bool authorized(const HttpRequest& req) const;
+    RouterOptions options_;
+    Workers* workers_;
+    std::vector<Route> routes_;
+};
+
+}  // namespace ferrox
