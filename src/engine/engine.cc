@@ -25,6 +25,7 @@ struct Engine::Seq {
     std::shared_ptr<RequestHandle> handle;
     GenerationParams params;
     EventSink sink;
+    std::string stop_matched;     // the stop string that ended it
     std::vector<int32_t> tokens;  // prompt, then generated tokens
     int n_prompt = 0;
     int n_in_kv = 0;              // positions whose K/V are computed
@@ -205,6 +206,7 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
     ev.n_prompt = s.n_prompt;
     ev.n_completion = s.n_generated;
     ev.n_cached = s.n_cached;
+    ev.stop_matched = s.stop_matched;
     s.sink(std::move(ev));
 }
 
@@ -320,6 +322,7 @@ void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
     ev.text = std::move(d.text);
     s.sink(std::move(ev));
     if (d.stopped) {
+        s.stop_matched = std::move(d.matched);
         finish(s, FinishReason::kStop);
     } else if (static_cast<int>(s.tokens.size()) >= s.max_total) {
         finish(s, FinishReason::kLength);

@@ -3,6 +3,7 @@
 // and vLLM spell them alike), logit_bias, token-id prompts. Each protocol reads its own
 // length and stop fields.
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct SamplingLimits {
 // says whether the client gave it), ignore_eos, cache_prompt.
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
                    ApiError* err);
+
+// A float parameter as the client wrote it (0.8f prints as 0.800000011920929 otherwise).
+inline double echo_float(float v) { return static_cast<double>(static_cast<float>(std::round(v * 1e6) / 1e6)) == v ? std::round(v * 1e6) / 1e6 : v; }
 
 // OpenAI's {"token id": bias} object, or llama.cpp's [[id, bias], ...] / [[id, false]] (false:
 // never) list. Ids are checked against the vocabulary.

@@ -77,3 +77,32 @@ def tiny_queue_server():
     s = Server("-np", "1", "--max-queue", "1")
     yield s
     s.stop()
+
+
+# Scripted answers (ferrox serve --test-script): the real server, tokenizer and engine, with a
+# stand-in model that replays these replies, so every parser path runs end to end. More
+# specific triggers first: a trigger anywhere in the conversation selects its reply.
+SCRIPT = [
+    {"when": "22 degrees", "reply": "It is 22 degrees and sunny in Paris."},
+    {"when": "weather in Paris",
+     "reply": "<think>The user wants the weather. I should call the tool.</think>"
+              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>"},
+    {"when": "two cities",
+     "reply": "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"},
+    {"when": "broken call", "reply": "Let me try. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "},
+    {"when": "think first", "reply": "<think>Two plus two is four.</think>The answer is 4."},
+    {"when": "", "reply": "Scripted default answer."},
+]
+
+
+@pytest.fixture(scope="session")
+def scripted_server(tmp_path_factory):
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    import json
+    path = tmp_path_factory.mktemp("script") / "script.json"
+    path.write_text(json.dumps(SCRIPT))
+    s = Server("--test-script", str(path))
+    yield s
+    s.stop()

@@ -2,6 +2,7 @@
 // mix, n_predict (0 only fills the cache), cache_prompt, n_probs, its stream chunks and the
 // final object with stop_type and timings.
 #include <chrono>
+#include <cmath>
 
 #include "server/context.h"
 #include "server/generation.h"
@@ -72,8 +73,8 @@ class CompletionSink final : public GenerationSink {
         }
         const SamplingParams& sp = s_.params.sampling;
         json settings = {{"n_predict", s_.params.max_tokens}, {"seed", sp.seed},
-                         {"temperature", sp.temperature},     {"top_k", sp.top_k},
-                         {"top_p", sp.top_p},                 {"min_p", sp.min_p},
+                         {"temperature", echo_float(sp.temperature)},     {"top_k", sp.top_k},
+                         {"top_p", echo_float(sp.top_p)},                 {"min_p", echo_float(sp.min_p)},
                          {"repeat_penalty", sp.repeat_penalty}, {"repeat_last_n", sp.penalty_last_n},
                          {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
                          {"stop", s_.params.stop},            {"ignore_eos", s_.params.ignore_eos},

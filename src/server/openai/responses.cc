@@ -5,6 +5,7 @@
 // Item ids and call_ids streamed in output_item.done are those of the final response (the
 // Codex CLI builds its history from output_item.done).
 #include <algorithm>
+#include <cmath>
 
 #include "server/context.h"
 #include "server/generation.h"
@@ -257,8 +258,8 @@ bool parse_request(ServerContext& ctx, const json& body, Request* r, ApiError* e
         return false;
     bool seeded = false;
     if (!read_sampling(f, {}, &r->params, &seeded, err)) return false;
-    r->temperature = r->params.sampling.temperature;
-    r->top_p = r->params.sampling.top_p;
+    r->temperature = echo_float(r->params.sampling.temperature);
+    r->top_p = echo_float(r->params.sampling.top_p);
     if (!f.integer("max_output_tokens", 1, 1 << 24, &r->max_output_tokens, err)) return false;
     r->params.max_tokens = r->max_output_tokens > 0 ? static_cast<int>(r->max_output_tokens) : ctx.opts.default_max_tokens;
     if (const json* md = f.find("metadata"); md && md->is_object()) r->metadata = *md;
