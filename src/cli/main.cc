@@ -16,7 +16,8 @@
 #include "core/mmap_file.h"
 #include "engine/generate.h"
 #include "engine/prompt.h"
-#include "engine/scripted_model.h"
+#include "engine/model_registry.h"
+#include "engine/model_spec.h"
 #include "engine/tokenizer_gguf.h"
 #include "loader/gguf.h"
 #include "kernels/quants.h"
@@ -247,7 +248,7 @@ int cmd_run(int argc, char** argv) {
 
 
 const std::vector<FlagSpec> kServeFlags = {
-    {{"-m", "--model"}, true, "model file (GGUF)"},
+    {{"-m", "--model"}, true, "model file (GGUF); repeatable: each model is served under its own name"},
     {{"--host"}, true, "address to bind (default 127.0.0.1)"},
     {{"--port"}, true, "port (default 8080)"},
     {{"-c", "--ctx-size"}, true, "KV cache size in tokens, shared by all slots (default 4096); with --kv-budget, the longest context of one request"},
@@ -259,12 +260,14 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
     {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
-    {{"--alias"}, true, "model name to report and accept"},
+    {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
     {{"--api-key"}, true, "require this API key (repeatable)"},
     {{"--api-key-file"}, true, "file with one API key per line"},
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
     {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
     {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
+    {{"--admin-key"}, true, "enables /admin/models/* with this key (Authorization: Bearer KEY); without it they answer 403"},
+    {{"--max-memory"}, true, "MiB that loaded models may use (weights + KV); a load beyond is refused (default: no limit)"},
     {{"--reasoning-format"}, true, "auto: thinking goes to its own field/blocks (default); none: it stays in the text"},
     {{"--reasoning-field"}, true, "Chat Completions' name for it: reasoning_content, reasoning or both (default both)"},
     {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
@@ -272,12 +275,18 @@ const std::vector<FlagSpec> kServeFlags = {
 };
 
 int cmd_serve(int argc, char** argv) {
-    // --api-key may repeat: collect every value before the single-value parser sees them.
-    std::vector<std::string> keys;
+    // --api-key, -m and --alias may repeat: collect every value before the single-value
+    // parser sees them (the n-th --alias names the n-th model).
+    std::vector<std::string> keys, model_paths, aliases;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
-        if (i >= 2 && std::string(argv[i]) == "--api-key" && i + 1 < argc) {
+        const std::string a = argv[i];
+        if (i >= 2 && a == "--api-key" && i + 1 < argc) {
             keys.push_back(argv[++i]);
+        } else if (i >= 2 && (a == "-m" || a == "--model") && i + 1 < argc) {
+            model_paths.push_back(argv[++i]);
+        } else if (i >= 2 && a == "--alias" && i + 1 < argc) {
+            aliases.push_back(argv[++i]);
         } else {
             rest.push_back(argv[i]);
         }
@@ -288,8 +297,10 @@ int cmd_serve(int argc, char** argv) {
         std::printf("usage: ferrox serve -m MODEL [options]\n%s", usage(kServeFlags).c_str());
         return 0;
     }
-    auto model_path = args->get("-m");
-    if (!model_path) return fail(invalid_argument("no model: give -m MODEL"));
+    if (model_paths.empty()) return fail(invalid_argument("no model: give -m MODEL (repeatable)"));
+    if (aliases.size() > model_paths.size()) return fail(invalid_argument("more --alias than -m"));
+    auto max_memory = args->get_int("--max-memory", 0);
+    if (!max_memory.has_value() || *max_memory < 0) return fail(invalid_argument("--max-memory must be MiB >= 0"));
     auto port = args->get_int("--port", 8080);
     auto n_ctx = args->get_int("-c", 4096);
     auto n_par = args->get_int("-np", 4);
@@ -324,7 +335,7 @@ int cmd_serve(int argc, char** argv) {
     so.http.host = args->get("--host").value_or("127.0.0.1");
     so.http.port = *port;
     so.api_keys = keys;
-    so.alias = args->get("--alias").value_or("");
+    so.admin_key = args->get("--admin-key").value_or("");
     so.default_max_tokens = *n_predict;
     if (auto f = args->get("--chat-template-file")) {
         auto text = read_file(*f);
@@ -356,29 +367,16 @@ int cmd_serve(int argc, char** argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-    auto server = ApiServer::start(so);
-    if (!server.has_value()) return fail(server.status());
-    std::fprintf(stderr, "ferrox: listening on http://%s:%d (loading %s)\n", so.http.host.c_str(),
-                 (*server)->port(), model_path->c_str());
-
-    ModelOptions mo;
+    // Every model gets the same options and its own KV pool (-c tokens or --kv-budget MiB).
+    auto defaults = std::make_shared<ModelSpec>();
+    ModelOptions& mo = defaults->model;
     mo.n_threads = *n_threads;
     // With --kv-budget the pool's size comes from memory, and -c (when given) only caps one
     // request's context.
     mo.max_ctx = *kv_budget > 0 && !args->has("-c") ? (1 << 17) : *n_ctx;
     mo.max_batch_tokens = *n_batch;
     mo.mmap = args->has("--mmap");
-    auto model = load_model(*model_path, mo);
-    if (!model.has_value()) return fail(model.status());
-    if (auto script = args->get("--test-script")) {
-        // Tests only: the engine runs the scripted stand-in (same limits and KV geometry) and
-        // never the weights; see engine/scripted_model.h.
-        LoadedModel& lm = **model;
-        auto rules = load_script(*script, *lm.tokenizer);
-        if (!rules.has_value()) return fail(rules.status());
-        lm.stand_in = make_scripted_model(*lm.model, *lm.tokenizer, std::move(*rules));
-    }
-    EngineOptions eo;
+    EngineOptions& eo = defaults->engine;
     eo.n_parallel = *n_par;
     eo.n_ctx = *n_ctx;
     eo.kv_budget_mib = *kv_budget;
@@ -386,18 +384,35 @@ int cmd_serve(int argc, char** argv) {
     eo.prefix_cache = !args->has("--no-prefix-cache");
     eo.max_batch_tokens = *n_batch;
     eo.max_queue = *max_queue;
-    auto engine = Engine::create(*model, eo);
-    if (!engine.has_value()) return fail(engine.status());
-    const int ceiling = (*engine)->context_ceiling();
-    const int kv_blocks = (*engine)->kv_blocks();
-    const double kv_mib = static_cast<double>((*engine)->kv_block_bytes()) * kv_blocks / (1 << 20);
-    Status st = (*server)->set_engine(std::move(*engine));
-    if (!st.is_ok()) return fail(st);
-    std::fprintf(stderr,
-                 "ferrox: ready: model %s (%.0f ms to load), context %d tokens, %d slots, "
-                 "KV %s %d blocks of %d tokens (%.1f MiB)%s\n",
-                 (*model)->name.c_str(), (*model)->load_ms, ceiling, *n_par, kv_type_name(eo.kv_type), kv_blocks,
-                 eo.block_size, kv_mib, eo.prefix_cache ? ", prefix cache" : "");
+    defaults->served.chat_template_override = so.chat_template_override;
+    defaults->served.prompt.split_reasoning = so.split_reasoning;
+    defaults->test_script = args->get("--test-script").value_or("");
+    RegistryOptions ro;
+    ro.max_memory_bytes = static_cast<int64_t>(*max_memory) << 20;
+    ro.defaults = defaults;
+    auto registry = std::make_shared<ModelRegistry>(ro);
+
+    auto server = ApiServer::start(so, registry);
+    if (!server.has_value()) return fail(server.status());
+    std::fprintf(stderr, "ferrox: listening on http://%s:%d (loading %zu model%s)\n", so.http.host.c_str(),
+                 (*server)->port(), model_paths.size(), model_paths.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < model_paths.size(); ++i) {
+        LoadRequest lr;
+        lr.path = model_paths[i];
+        lr.alias = i < aliases.size() ? aliases[i] : "";
+        Status st = registry->load(lr, /*replace=*/false);
+        if (!st.is_ok()) {
+            (*server)->shutdown(0);
+            return fail(st);
+        }
+        for (const ModelStatus& m : registry->list()) {
+            if (m.id != ModelRegistry::alias_of(lr)) continue;
+            std::fprintf(stderr,
+                         "ferrox: ready: model %s, %d slots, KV %s %d blocks of %d tokens (%.1f MiB)%s\n",
+                         m.id.c_str(), eo.n_parallel, kv_type_name(eo.kv_type), m.kv_blocks_total, eo.block_size,
+                         static_cast<double>(m.kv_bytes) / (1 << 20), eo.prefix_cache ? ", prefix cache" : "");
+        }
+    }
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -13,6 +13,8 @@ const char* status_code_name(StatusCode code) {
         case StatusCode::kCancelled: return "cancelled";
         case StatusCode::kInternal: return "internal";
         case StatusCode::kIoError: return "i/o error";
+        case StatusCode::kAlreadyExists: return "already exists";
+        case StatusCode::kUnavailable: return "unavailable";
     }
     return "unknown";
 }

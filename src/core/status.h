@@ -18,6 +18,8 @@ enum class StatusCode {
     kCancelled,
     kInternal,
     kIoError,
+    kAlreadyExists,  // a name that is taken (a model alias)
+    kUnavailable,    // not ready yet, or shutting down: retry later
 };
 
 const char* status_code_name(StatusCode code);
@@ -52,6 +54,8 @@ inline Status internal_error(std::string m) {
     return Status(StatusCode::kInternal, std::move(m));
 }
 inline Status io_error(std::string m) { return Status(StatusCode::kIoError, std::move(m)); }
+inline Status already_exists(std::string m) { return Status(StatusCode::kAlreadyExists, std::move(m)); }
+inline Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -35,6 +35,8 @@ struct ModelInfo {
     int kv_block_size = 0, kv_blocks = 0, n_parallel = 0;
     int64_t kv_bytes = 0;
     bool prefix_cache = true;
+    int64_t weight_bytes = 0;   // the checkpoint's size (its weights' memory, near enough)
+    uint64_t generation = 0;    // which load of its alias this is (the registry counts)
     std::string chat_template;  // the source in use (the override, the model's, or ChatML)
     std::string tool_format;    // the tool-call family parsed from answers
 };
@@ -52,6 +54,9 @@ class ServedModel {
     ~ServedModel();
 
     const ModelInfo& info() const { return info_; }
+    // The registry's, before the model is published to other threads.
+    void set_weight_bytes(int64_t n) { info_.weight_bytes = n; }
+    void set_generation(uint64_t g) { info_.generation = g; }
     const PromptBuilder& prompt() const { return *prompt_; }
 
     // As Engine::submit: kInvalidArgument for a prompt that cannot fit, kResourceExhausted

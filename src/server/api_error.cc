@@ -14,7 +14,9 @@ ApiError from_status(const Status& s, std::string param) {
         case StatusCode::kUnimplemented: e.status = 400; break;
         case StatusCode::kNotFound: e.status = 404; e.type = "not_found_error"; break;
         case StatusCode::kResourceExhausted: e.status = 429; e.type = "rate_limit_error"; break;
-        case StatusCode::kCancelled: e.status = 503; e.type = "server_error"; break;
+        case StatusCode::kCancelled:
+        case StatusCode::kUnavailable: e.status = 503; e.type = "server_error"; break;
+        case StatusCode::kAlreadyExists: e.status = 409; e.type = "invalid_request_error"; break;
         default: e.status = 500; e.type = "server_error"; break;
     }
     return e;

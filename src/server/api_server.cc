@@ -1,6 +1,6 @@
 #include "server/api_server.h"
 
-#include "engine/engine.h"
+#include "server/admin/admin.h"
 #include "server/anthropic/anthropic.h"
 #include "server/llamacpp/llamacpp.h"
 #include "server/openai/openai.h"
@@ -10,11 +10,13 @@
 
 namespace ferrox {
 
-Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& opts) {
+Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& opts,
+                                                     std::shared_ptr<ModelRegistry> registry) {
     std::unique_ptr<ApiServer> s(new ApiServer());
     s->ctx_ = std::make_shared<ServerContext>();
     ServerContext& ctx = *s->ctx_;
     ctx.opts = opts;
+    ctx.registry = std::move(registry);
     ctx.workers = std::make_unique<Workers>(opts.n_workers);
     ctx.responses = std::make_unique<ResponseStore>(opts.responses_max_count, opts.responses_max_bytes);
     std::weak_ptr<ServerContext> weak = s->ctx_;
@@ -22,7 +24,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     ro.api_keys = opts.api_keys;
     ro.ready = [weak] {
         auto c = weak.lock();
-        return c && c->ready.load();
+        return c && c->ready();
     };
     ro.stopping = [weak] {
         auto c = weak.lock();
@@ -33,6 +35,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     add_responses_routes(*s->router_, ctx);
     add_anthropic_routes(*s->router_, ctx);
     add_llamacpp_routes(*s->router_, ctx);
+    add_admin_routes(*s->router_, ctx);
 
     HttpServerOptions ho = opts.http;
     const Router* router = s->router_.get();
@@ -52,29 +55,14 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     return s;
 }
 
-Status ApiServer::set_engine(std::unique_ptr<Engine> engine) {
-    ServedModelOptions mo;
-    mo.alias = ctx_->opts.alias;
-    mo.chat_template_override = ctx_->opts.chat_template_override;
-    mo.prompt.split_reasoning = ctx_->opts.split_reasoning;
-    auto m = ServedModel::create(std::move(engine), mo);
-    if (!m.has_value()) return m.status();
-    ctx_->set_model(std::move(*m));
-    ctx_->ready.store(true);
-    return Status::ok();
-}
-
 int ApiServer::port() const { return http_->port(); }
 
 void ApiServer::shutdown(int grace_ms) {
-    if (!ctx_) return;
-    ctx_->stopping.store(true);
-    ModelLease m = ctx_->take_model();
-    if (m) m->shutdown();  // cancels generation: streams end
+    if (!ctx_ || ctx_->stopping.exchange(true)) return;
+    ctx_->registry->shutdown();  // cancels generation: streams end
     if (http_) http_->shutdown(grace_ms);
     http_.reset();
     ctx_->workers.reset();  // runs what is queued (the streams' last events), then joins
-    m.reset();
 }
 
 ApiServer::~ApiServer() { shutdown(0); }

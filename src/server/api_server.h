@@ -8,7 +8,7 @@
 //   on the worker threads (workers.h), never on I/O threads.
 // - generation: the protocol-neutral driver (n choices, refusals before the stream starts,
 //   cancel on disconnect, backpressure, stream parsers, usage) behind a GenerationSink.
-// - openai/, anthropic/, llamacpp/: one folder per protocol; a file is a wire format.
+// - openai/, anthropic/, llamacpp/, admin/: one folder per protocol; a file is a wire format.
 
 #include <memory>
 
@@ -18,19 +18,18 @@
 
 namespace ferrox {
 
-class Engine;
 class Router;
 
 class ApiServer {
   public:
-    // Starts listening at once (health answers 503 until set_engine()).
-    static Expected<std::unique_ptr<ApiServer>> start(const ApiServerOptions& opts);
+    // Starts listening at once; requests reach the registry's models (health answers 503
+    // until one is ready). The registry may be loaded before or after.
+    static Expected<std::unique_ptr<ApiServer>> start(const ApiServerOptions& opts,
+                                                      std::shared_ptr<ModelRegistry> registry);
     ~ApiServer();
 
-    // Makes the server ready: requests from now on go to this engine.
-    Status set_engine(std::unique_ptr<Engine> engine);
     int port() const;
-    // Stop accepting, cancel generation, let responses end within grace_ms, stop the engine.
+    // Stop accepting, cancel generation, let responses end within grace_ms, stop the engines.
     void shutdown(int grace_ms);
 
   private:

@@ -6,10 +6,10 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "engine/model_registry.h"
 #include "engine/served_model.h"
 #include "server/api_error.h"
 #include "server/http.h"
@@ -32,26 +32,22 @@ struct ApiServerOptions {
     int n_workers = 2;                  // threads for parsing, templates and event building
     size_t responses_max_count = 1000;  // stored Responses kept (oldest evicted first)
     size_t responses_max_bytes = 64 << 20;
+    std::string admin_key;              // empty: the /admin routes answer 403
 };
 
 struct ServerContext {
     ApiServerOptions opts;
-    std::atomic<bool> ready{false};
     std::atomic<bool> stopping{false};
     std::unique_ptr<Workers> workers;
     std::unique_ptr<ResponseStore> responses;
+    std::shared_ptr<ModelRegistry> registry;
 
-    // The model a request names ("" : the default); false with a 404 model_not_found (or a
-    // 503 while none is ready) in *err.
+    // The model a request names ("" : the default), once per request; false with a 404
+    // model_not_found (or a 503 while it loads) in *err.
     bool acquire(const std::string& name, ModelLease* out, ApiError* err) const;
     // The models served, for /v1/models.
-    std::vector<ModelLease> models() const;
-    void set_model(ModelLease m);
-    ModelLease take_model();  // shutdown
-
-  private:
-    mutable std::mutex mu_;
-    ModelLease model_;
+    std::vector<ModelLease> models() const { return registry->ready(); }
+    bool ready() const { return registry->any_ready(); }
 };
 
 }  // namespace ferrox

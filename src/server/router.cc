@@ -38,6 +38,18 @@ bool match(const std::string& pattern, const std::string& path, std::vector<std:
 
 }  // namespace
 
+bool constant_time_equal(const std::string& a, const std::string& b) {
+    // Every byte of the longer string is visited.
+    const size_t n = std::max(a.size(), b.size());
+    unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
+    for (size_t i = 0; i < n; ++i) {
+        const unsigned char x = i < a.size() ? a[i] : 0;
+        const unsigned char y = i < b.size() ? b[i] : 0;
+        diff |= x ^ y;
+    }
+    return diff == 0 && !a.empty();
+}
+
 Router::Router(RouterOptions options, Workers* workers) : options_(std::move(options)), workers_(workers) {}
 
 void Router::add(Route route) { routes_.push_back(std::move(route)); }
@@ -67,17 +79,7 @@ bool Router::authorized(const HttpRequest& req) const {
         given = *x;  // Anthropic's header
     }
     bool ok = false;
-    for (const std::string& key : options_.api_keys) {
-        // Constant time in the key's content: every byte of the longer string is visited.
-        const size_t n = std::max(key.size(), given.size());
-        unsigned diff = static_cast<unsigned>(key.size() ^ given.size());
-        for (size_t i = 0; i < n; ++i) {
-            const unsigned char a = i < key.size() ? key[i] : 0;
-            const unsigned char b = i < given.size() ? given[i] : 0;
-            diff |= a ^ b;
-        }
-        ok |= diff == 0;
-    }
+    for (const std::string& key : options_.api_keys) ok |= constant_time_equal(key, given);
     return ok;
 }
 

@@ -17,6 +17,9 @@ namespace ferrox {
 
 class Workers;
 
+// Compares secrets in time that does not depend on where they differ.
+bool constant_time_equal(const std::string& a, const std::string& b);
+
 struct RouteRequest {
     HttpRequest http;
     json body;                        // the parsed object, for routes with json_body

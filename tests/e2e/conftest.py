@@ -106,3 +106,17 @@ def scripted_server(tmp_path_factory):
     s = Server("--test-script", str(path))
     yield s
     s.stop()
+
+
+def metric_value(text, name):
+    """The sum over models of a Prometheus sample `name` (every series carries a model label)."""
+    import re
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$", line)
+        if m and m.group(1) == name and "le=" not in (m.group(2) or ""):
+            total += float(m.group(3))
+            seen = True
+    if not seen:
+        raise KeyError(name)
+    return total

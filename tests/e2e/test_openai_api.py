@@ -6,6 +6,7 @@ import time
 import httpx
 import openai
 import pytest
+from conftest import metric_value
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +196,7 @@ def test_utility_routes(server):
 
 
 def metric(base, name):
-    text = httpx.get(base + "/metrics").text
-    return float(next(l.split()[-1] for l in text.splitlines() if l.startswith(name + " ")))
+    return metric_value(httpx.get(base + "/metrics").text, name)
 
 
 def test_queue_full_is_429_with_retry_after(tiny_queue_server):
@@ -238,11 +238,10 @@ def test_metrics_prometheus(server, client):
     assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
     greedy(client, max_tokens=3)
 
-    def value(text, name):
-        return float(next(l.split()[-1] for l in text.splitlines() if l.startswith(name + " ")))
+    value = metric_value
 
     after = httpx.get(server.base + "/metrics").text
     assert value(after, "ferrox_generated_tokens_total") >= value(before.text, "ferrox_generated_tokens_total") + 3
     assert value(after, "ferrox_kv_blocks_total") > 0
     assert value(after, "ferrox_time_to_first_token_seconds_count") >= 1
-    assert 'ferrox_inter_token_latency_seconds_bucket{le="+Inf"}' in after
+    assert 'ferrox_inter_token_latency_seconds_bucket{model="SmolLM2-135M-Instruct.Q4_1",le="+Inf"}' in after

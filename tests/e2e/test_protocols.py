@@ -7,6 +7,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from conftest import metric_value
 
 ID = "SmolLM2-135M-Instruct.Q4_1"
 QUESTION = "What is the capital of France?"
@@ -281,10 +282,10 @@ def test_disconnect_mid_stream_on_every_protocol(server):
                 if i > 6:
                     break
     # The cancelled generations give their slots back: the server answers at once.
-    metrics = ""
+    running = None
     for _ in range(50):
-        metrics = httpx.get(server.base + "/metrics").text
-        if "ferrox_requests_running 0" in metrics:
+        running = metric_value(httpx.get(server.base + "/metrics").text, "ferrox_requests_running")
+        if running == 0:
             break
         threading.Event().wait(0.1)
-    assert "ferrox_requests_running 0" in metrics
+    assert running == 0

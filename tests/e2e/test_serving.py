@@ -59,7 +59,7 @@ def metrics(server):
     text = httpx.get(server.base + "/metrics", timeout=10).text
     out = {}
     for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*) (\S+)$", line)
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{model=\"[^\"]*\"\})? (\S+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out

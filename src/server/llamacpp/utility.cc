@@ -1,5 +1,7 @@
 // llama.cpp's utility routes: /tokenize, /detokenize, /apply-template, /props, and the
 // liveness and metrics routes every protocol's users share (/health, /metrics).
+#include <map>
+
 #include "server/context.h"
 #include "server/llamacpp/llamacpp.h"
 #include "server/openai/openai.h"
@@ -92,20 +94,74 @@ void route_props(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponde
     res->send(200, dump(props));
 }
 
-void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
-    ModelLease m;
-    ApiError err;
-    if (!ctx.acquire("", &m, &err)) return Router::send_error(*res, Protocol::kLlamaCpp, err);
-    res->send(200, m->prometheus(), "text/plain; version=0.0.4");
+// Each model's engine metrics with a `model` label; HELP and TYPE once per family.
+std::string labelled(const std::string& text, const std::string& model, bool with_comments) {
+    std::string out;
+    size_t i = 0;
+    while (i < text.size()) {
+        size_t j = text.find('\n', i);
+        if (j == std::string::npos) j = text.size();
+        const std::string line = text.substr(i, j - i);
+        i = j + 1;
+        if (line.empty()) continue;
+        if (line[0] == '#') {
+            if (with_comments) out += line + "\n";
+            continue;
+        }
+        const std::string label = "model=\"" + model + "\"";
+        const size_t brace = line.find('{');
+        const size_t space = line.find(' ');
+        if (brace != std::string::npos && brace < space) {
+            out += line.substr(0, brace + 1) + label + "," + line.substr(brace + 1) + "\n";
+        } else if (space != std::string::npos) {
+            out += line.substr(0, space) + "{" + label + "}" + line.substr(space) + "\n";
+        }
+    }
+    return out;
 }
 
-void route_health(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
+void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
+    const auto models = ctx.models();
+    // Families must not be split: gather every model's lines per family, in order.
+    std::vector<std::string> order;
+    std::map<std::string, std::string> families;
+    for (size_t k = 0; k < models.size(); ++k) {
+        const std::string text = labelled(models[k]->prometheus(), models[k]->info().id, true);
+        std::string family;
+        size_t i = 0;
+        while (i < text.size()) {
+            size_t j = text.find('\n', i);
+            const std::string line = text.substr(i, j - i + 1);
+            i = j + 1;
+            if (line.rfind("# HELP ", 0) == 0) {
+                family = line.substr(7, line.find(' ', 7) - 7);
+                if (!families.count(family)) order.push_back(family);
+                if (k > 0) continue;
+            } else if (line.rfind("# TYPE ", 0) == 0 && k > 0) {
+                continue;
+            }
+            families[family] += line;
+        }
+    }
+    std::string out;
+    for (const auto& f : order) out += families[f];
+    res->send(200, out, "text/plain; version=0.0.4");
+}
+
+// /health: llama-server's (200 once a model can answer, 503 before); /health/ready: the same
+// with the reason, for load balancers.
+void route_health(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+    const bool ready_route = req.http.path == "/health/ready";
     if (ctx.stopping.load()) {
-        res->send(503, dump(json{{"status", "shutting down"}}));
-    } else if (!ctx.ready.load()) {
-        res->send(503, dump(json{{"status", "loading model"}}), "application/json", {{"Retry-After", "1"}});
+        res->send(503, dump(json{{"status", "shutting down"}}), "application/json", {{"Retry-After", "1"}});
+    } else if (!ctx.ready()) {
+        json body = {{"status", "loading model"}};
+        if (ready_route) body["reason"] = ctx.registry->any_loading() ? "the model is loading" : "no model is loaded";
+        res->send(503, dump(body), "application/json", {{"Retry-After", "1"}});
     } else {
-        res->send(200, dump(json{{"status", "ok"}}));
+        json body = {{"status", "ok"}};
+        if (ready_route) body["models"] = ctx.models().size();
+        res->send(200, dump(body));
     }
 }
 
@@ -121,8 +177,10 @@ void add_llamacpp_routes(Router& router, ServerContext& ctx) {
     router.add({.method = "POST", .path = "/apply-template", .protocol = Protocol::kLlamaCpp, .fn = bind(route_apply_template), .json_body = true});
     router.add({.method = "GET", .path = "/props", .protocol = Protocol::kLlamaCpp, .fn = bind(route_props)});
     router.add({.method = "GET", .path = "/metrics", .protocol = Protocol::kLlamaCpp, .fn = bind(route_metrics)});
-    router.add({.method = "GET", .path = "/health", .protocol = Protocol::kLlamaCpp, .fn = bind(route_health),
-                .needs_auth = false, .needs_ready = false});
+    for (const char* path : {"/health", "/health/ready"}) {
+        router.add({.method = "GET", .path = path, .protocol = Protocol::kLlamaCpp, .fn = bind(route_health),
+                    .needs_auth = false, .needs_ready = false});
+    }
 }
 
 }  // namespace ferrox
