@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -266,6 +267,13 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
     {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
     {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
+    {{"--config"}, true, "read flags from FILE, one per line (\"--port 8080\"; '#' comments); later flags win"},
+    {{"--cors-origin"}, true, "allow browser requests from this origin (repeatable; * for any); default: CORS off"},
+    {{"--access-log"}, true, "one JSON line per request to FILE (- for stderr): route, model, status, tokens, times"},
+    {{"--log-prompts"}, false, "include prompts in the access log (off by default)"},
+    {{"--max-prompt-tokens"}, true, "refuse prompts longer than this many tokens (400; default: the context)"},
+    {{"--max-tokens-cap"}, true, "cap every request's max_tokens at this (default: no cap)"},
+    {{"--request-timeout"}, true, "end a request after this many seconds, with what it has (default: none)"},
     {{"--admin-key"}, true, "enables /admin/models/* with this key (Authorization: Bearer KEY); without it they answer 403"},
     {{"--max-memory"}, true, "MiB that loaded models may use (weights + KV); a load beyond is refused (default: no limit)"},
     {{"--reasoning-format"}, true, "auto: thinking goes to its own field/blocks (default); none: it stays in the text"},
@@ -275,12 +283,45 @@ const std::vector<FlagSpec> kServeFlags = {
 };
 
 int cmd_serve(int argc, char** argv) {
-    // --api-key, -m and --alias may repeat: collect every value before the single-value
-    // parser sees them (the n-th --alias names the n-th model).
-    std::vector<std::string> keys, model_paths, aliases;
+    // --config FILE: its flags (one per line, "flag value", '#' comments) go where it stands,
+    // so later flags on the command line override earlier ones from the file.
+    std::vector<std::string> expanded;
+    for (int i = 0; i < argc; ++i) {
+        if (i >= 2 && std::string(argv[i]) == "--config" && i + 1 < argc) {
+            auto text = read_file(argv[++i]);
+            if (!text.has_value()) return fail(text.status());
+            std::istringstream lines(*text);
+            std::string line;
+            while (std::getline(lines, line)) {
+                const size_t b = line.find_first_not_of(" \t\r");
+                if (b == std::string::npos || line[b] == '#') continue;
+                const size_t e = line.find_last_not_of(" \t\r");
+                line = line.substr(b, e - b + 1);
+                const size_t sp = line.find_first_of(" \t=");
+                expanded.push_back(line.substr(0, sp));
+                if (sp != std::string::npos) {
+                    const size_t v = line.find_first_not_of(" \t=", sp);
+                    if (v != std::string::npos) expanded.push_back(line.substr(v));
+                }
+            }
+        } else {
+            expanded.push_back(argv[i]);
+        }
+    }
+    std::vector<char*> argv_all;
+    for (auto& a : expanded) argv_all.push_back(a.data());
+    argc = static_cast<int>(argv_all.size());
+    argv = argv_all.data();
+    // --api-key, -m, --alias and --cors-origin may repeat: collect every value before the
+    // single-value parser sees them (the n-th --alias names the n-th model).
+    std::vector<std::string> keys, model_paths, aliases, cors;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
+        if (i >= 2 && a == "--cors-origin" && i + 1 < argc) {
+            cors.push_back(argv[++i]);
+            continue;
+        }
         if (i >= 2 && a == "--api-key" && i + 1 < argc) {
             keys.push_back(argv[++i]);
         } else if (i >= 2 && (a == "-m" || a == "--model") && i + 1 < argc) {
@@ -336,6 +377,19 @@ int cmd_serve(int argc, char** argv) {
     so.http.port = *port;
     so.api_keys = keys;
     so.admin_key = args->get("--admin-key").value_or("");
+    so.cors_origins = cors;
+    so.access_log = args->get("--access-log").value_or("");
+    so.log_prompts = args->has("--log-prompts");
+    auto max_prompt = args->get_int("--max-prompt-tokens", 0);
+    auto max_tokens_cap = args->get_int("--max-tokens-cap", 0);
+    auto timeout = args->get_float("--request-timeout", 0);
+    if (!max_prompt.has_value() || !max_tokens_cap.has_value() || !timeout.has_value() || *max_prompt < 0 ||
+        *max_tokens_cap < 0 || *timeout < 0) {
+        return fail(invalid_argument("--max-prompt-tokens, --max-tokens-cap and --request-timeout must be numbers >= 0"));
+    }
+    so.max_prompt_tokens = *max_prompt;
+    so.max_tokens_limit = *max_tokens_cap;
+    so.request_timeout_s = *timeout;
     so.default_max_tokens = *n_predict;
     if (auto f = args->get("--chat-template-file")) {
         auto text = read_file(*f);

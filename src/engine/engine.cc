@@ -26,6 +26,10 @@ struct Engine::Seq {
     GenerationParams params;
     EventSink sink;
     std::string stop_matched;     // the stop string that ended it
+    // Past its wall-clock limit (GenerationParams::timeout_s), counted from submit().
+    bool expired(std::chrono::steady_clock::time_point now) const {
+        return params.timeout_s > 0 && std::chrono::duration<double>(now - t_submit).count() > params.timeout_s;
+    }
     std::vector<int32_t> tokens;  // prompt, then generated tokens
     int n_prompt = 0;
     int n_in_kv = 0;              // positions whose K/V are computed
@@ -339,8 +343,9 @@ void Engine::admit() {
     }
     // Cancelled while waiting: end them without touching the model.
     for (auto it = waiting_.begin(); it != waiting_.end();) {
-        if ((*it)->handle->cancelled()) {
-            finish(**it, FinishReason::kCancelled);
+        const bool expired = (*it)->expired(std::chrono::steady_clock::now());
+        if ((*it)->handle->cancelled() || expired) {
+            finish(**it, expired ? FinishReason::kLength : FinishReason::kCancelled);
             n_waiting_.fetch_sub(1);
             it = waiting_.erase(it);
         } else {
@@ -408,8 +413,10 @@ void Engine::admit() {
 
 // One forward step over every running sequence. Returns false when there was nothing to do.
 bool Engine::step() {
+    const auto now = std::chrono::steady_clock::now();
     for (auto& s : running_) {
         if (s->handle->cancelled()) finish(*s, FinishReason::kCancelled);
+        if (s->expired(now)) finish(*s, FinishReason::kLength);  // the answer so far, cut
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());

@@ -26,6 +26,8 @@ struct GenerationParams {
     // Render control tokens' text (tool-call and reasoning markup that the vocab stores as
     // control tokens, e.g. gpt-oss's <|channel|>); end-of-generation tokens are never text.
     bool render_special = false;
+    // > 0: the request ends (finish kLength, with what it has) this many seconds after submit.
+    double timeout_s = 0;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

@@ -20,8 +20,15 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     ctx.workers = std::make_unique<Workers>(opts.n_workers);
     ctx.responses = std::make_unique<ResponseStore>(opts.responses_max_count, opts.responses_max_bytes);
     std::weak_ptr<ServerContext> weak = s->ctx_;
+    if (!opts.access_log.empty()) {
+        std::string error;
+        ctx.access_log = AccessLog::open(opts.access_log, &error);
+        if (!ctx.access_log) return invalid_argument(error);
+    }
     RouterOptions ro;
     ro.api_keys = opts.api_keys;
+    ro.cors_origins = opts.cors_origins;
+    ro.access_log = ctx.access_log.get();
     ro.ready = [weak] {
         auto c = weak.lock();
         return c && c->ready();

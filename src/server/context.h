@@ -13,6 +13,7 @@
 #include "engine/served_model.h"
 #include "server/api_error.h"
 #include "server/http.h"
+#include "server/responder.h"
 
 namespace ferrox {
 
@@ -24,7 +25,6 @@ enum class ReasoningField { kReasoningContent, kReasoning, kBoth };
 struct ApiServerOptions {
     HttpServerOptions http;
     std::vector<std::string> api_keys;  // empty: no authentication
-    std::string alias;                  // model id to report; default: the file name stem
     std::string chat_template_override; // replaces the model's template when not empty
     int default_max_tokens = -1;        // when a request gives none: until the end or context
     bool split_reasoning = true;        // --reasoning-format none: thinking stays in the text
@@ -33,6 +33,12 @@ struct ApiServerOptions {
     size_t responses_max_count = 1000;  // stored Responses kept (oldest evicted first)
     size_t responses_max_bytes = 64 << 20;
     std::string admin_key;              // empty: the /admin routes answer 403
+    std::vector<std::string> cors_origins;  // --cors-origin (repeatable, "*": any); empty: off
+    std::string access_log;             // --access-log FILE ("-": stderr); empty: none
+    bool log_prompts = false;           // the access log includes prompts
+    int max_prompt_tokens = 0;          // > 0: longer prompts are a 400
+    int max_tokens_limit = 0;           // > 0: a larger max_tokens (or none: unlimited) is capped
+    double request_timeout_s = 0;       // > 0: a request ends (truncated) after this long
 };
 
 struct ServerContext {
@@ -41,6 +47,7 @@ struct ServerContext {
     std::unique_ptr<Workers> workers;
     std::unique_ptr<ResponseStore> responses;
     std::shared_ptr<ModelRegistry> registry;
+    std::unique_ptr<AccessLog> access_log;
 
     // The model a request names ("" : the default), once per request; false with a 404
     // model_not_found (or a 503 while it loads) in *err.

@@ -1,8 +1,11 @@
 #include "server/generation.h"
 
+#include <chrono>
 #include <deque>
 #include <mutex>
 
+#include "server/context.h"
+#include "server/router.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -24,6 +27,9 @@ struct Generation : std::enable_shared_from_this<Generation> {
 
     Workers* workers = nullptr;
     GenerationJob job;
+    std::shared_ptr<AccessRecord> record;
+    std::chrono::steady_clock::time_point t_start = std::chrono::steady_clock::now();
+    bool first_token = true;
     std::shared_ptr<HttpResponder> res;
     std::unique_ptr<GenerationSink> sink;
     std::vector<Choice> choices;
@@ -101,6 +107,12 @@ struct Generation : std::enable_shared_from_this<Generation> {
         if (ev.kind == EngineEvent::Kind::kText) {
             if (job.stream && res->pending_bytes() > kMaxPendingBytes) cancel_all();
             if (ev.token >= 0) sink->token(i, ev.token);
+            if (first_token && record) {
+                first_token = false;
+                std::lock_guard<std::mutex> lk(record->mu);
+                record->ttft_ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+            }
             std::vector<ChatDelta> deltas;
             if (ch.parser) {
                 ch.parser->push(ev.text, &deltas);
@@ -136,6 +148,12 @@ struct Generation : std::enable_shared_from_this<Generation> {
         end.n_completion = ev.n_completion;
         sink->choice_end(*res, i, end);
         if (n_done < static_cast<int>(choices.size())) return;
+        if (record) {
+            std::lock_guard<std::mutex> lk(record->mu);
+            record->n_prompt = usage.n_prompt;
+            record->n_cached = usage.n_cached;
+            record->n_generated = usage.n_completion;
+        }
         if (res->client_gone()) return;
         if (failed) {
             sink->fail(*res, error, true);
@@ -147,10 +165,30 @@ struct Generation : std::enable_shared_from_this<Generation> {
 
 }  // namespace
 
-void run_generation(Workers& workers, GenerationJob job, std::shared_ptr<HttpResponder> res,
-                    std::unique_ptr<GenerationSink> sink) {
+void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
+                    std::shared_ptr<HttpResponder> res, std::unique_ptr<GenerationSink> sink) {
+    const ApiServerOptions& o = ctx.opts;
+    if (o.max_prompt_tokens > 0 && static_cast<int>(job.prompt.size()) > o.max_prompt_tokens) {
+        ApiError e = bad_param(job.prompt_param, "The prompt has " + std::to_string(job.prompt.size()) +
+                                                     " tokens; this server takes at most " +
+                                                     std::to_string(o.max_prompt_tokens) + " (--max-prompt-tokens).");
+        e.code = "context_length_exceeded";
+        sink->fail(*res, e, false);
+        return;
+    }
+    if (o.max_tokens_limit > 0 && (job.params.max_tokens < 0 || job.params.max_tokens > o.max_tokens_limit)) {
+        job.params.max_tokens = o.max_tokens_limit;  // as vLLM's max_model_len caps it: answers stop at the cap
+    }
+    if (o.request_timeout_s > 0) job.params.timeout_s = o.request_timeout_s;
+    if (req.record) {
+        std::lock_guard<std::mutex> lk(req.record->mu);
+        req.record->model = job.model->info().id;
+        req.record->n_prompt = static_cast<int>(job.prompt.size());
+        if (o.log_prompts) req.record->prompt = job.model->detokenize(job.prompt);
+    }
     auto g = std::make_shared<Generation>();
-    g->workers = &workers;
+    g->workers = ctx.workers.get();
+    g->record = req.record;
     g->res = std::move(res);
     g->sink = std::move(sink);
     g->choices.resize(job.n);

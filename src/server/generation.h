@@ -24,7 +24,8 @@
 
 namespace ferrox {
 
-class Workers;
+struct ServerContext;
+struct RouteRequest;
 
 struct Usage {
     int n_prompt = 0;
@@ -71,8 +72,10 @@ struct GenerationJob {
     std::string prompt_param = "messages";  // the field a too-long prompt is blamed on
 };
 
-// Returns at once; the sink is called from workers until finish() or fail().
-void run_generation(Workers& workers, GenerationJob job, std::shared_ptr<HttpResponder> res,
-                    std::unique_ptr<GenerationSink> sink);
+// Applies the server's limits (prompt tokens, max_tokens cap, wall-clock timeout), submits,
+// and returns at once; the sink is called from workers until finish() or fail(). The
+// request's access record gets the model, token counts and time to first token.
+void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
+                    std::shared_ptr<HttpResponder> res, std::unique_ptr<GenerationSink> sink);
 
 }  // namespace ferrox

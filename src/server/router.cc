@@ -83,7 +83,32 @@ bool Router::authorized(const HttpRequest& req) const {
     return ok;
 }
 
-void Router::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) const {
+HttpHeaders Router::cors_headers(const HttpRequest& req) const {
+    const std::string* origin = req.header("origin");
+    if (!origin || options_.cors_origins.empty()) return {};
+    for (const std::string& allowed : options_.cors_origins) {
+        if (allowed == "*" || allowed == *origin) {
+            return {{"Access-Control-Allow-Origin", allowed == "*" ? std::string("*") : *origin}, {"Vary", "Origin"}};
+        }
+    }
+    return {};
+}
+
+void Router::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> inner) const {
+    HttpHeaders cors = cors_headers(req);
+    if (req.method == "OPTIONS" && !cors.empty() && req.header("access-control-request-method")) {
+        // A preflight: no auth (browsers send none), the methods and headers clients use.
+        const std::string* asked = req.header("access-control-request-headers");
+        cors.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        cors.emplace_back("Access-Control-Allow-Headers",
+                          asked ? *asked : "authorization, content-type, x-api-key, anthropic-version, anthropic-beta");
+        cors.emplace_back("Access-Control-Max-Age", "86400");
+        inner->send(204, "", "text/plain", std::move(cors));
+        return;
+    }
+    auto record = std::make_shared<AccessRecord>();
+    std::shared_ptr<HttpResponder> res =
+        std::make_shared<ObservedResponder>(std::move(inner), std::move(cors), options_.access_log, req, record);
     std::vector<std::string> params;
     const Route* found = nullptr;
     std::vector<std::string> allowed;
@@ -132,6 +157,7 @@ void Router::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) const
     auto rr = std::make_shared<RouteRequest>();
     rr->http = std::move(req);
     rr->params = std::move(params);
+    rr->record = std::move(record);
     const Route* route = found;
     workers_->post([route, rr, res] {
         if (route->json_body) {

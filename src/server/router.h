@@ -12,6 +12,7 @@
 #include "server/api_error.h"
 #include "server/http.h"
 #include "server/json_util.h"
+#include "server/responder.h"
 
 namespace ferrox {
 
@@ -24,6 +25,7 @@ struct RouteRequest {
     HttpRequest http;
     json body;                        // the parsed object, for routes with json_body
     std::vector<std::string> params;  // the path's {placeholders}, in order
+    std::shared_ptr<AccessRecord> record;  // what the access log says of this request
 };
 
 using RouteFn = std::function<void(RouteRequest& req, std::shared_ptr<HttpResponder> res)>;
@@ -42,6 +44,10 @@ struct RouterOptions {
     std::vector<std::string> api_keys;  // empty: no authentication
     std::function<bool()> ready;        // a model can serve
     std::function<bool()> stopping;
+    // Origins allowed cross-origin requests ("*": any); empty: CORS off (no headers, OPTIONS
+    // is a 405 like any unknown method).
+    std::vector<std::string> cors_origins;
+    AccessLog* access_log = nullptr;  // null: no access log
 };
 
 class Router {
@@ -57,6 +63,7 @@ class Router {
 
   private:
     bool authorized(const HttpRequest& req) const;
+    HttpHeaders cors_headers(const HttpRequest& req) const;
     RouterOptions options_;
     Workers* workers_;
     std::vector<Route> routes_;

@@ -442,7 +442,7 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     job.stream = p.stream;
     const int n_prompt = static_cast<int>(job.prompt.size());
     auto sink = std::make_unique<MessagesSink>(job.model, job.stream, n_prompt);
-    run_generation(*ctx.workers, std::move(job), std::move(res), std::move(sink));
+    run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
 void route_count_tokens(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {

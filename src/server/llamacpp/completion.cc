@@ -213,7 +213,7 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     job.params = s.params;
     job.prompt_param = "prompt";
     auto sink = std::make_unique<CompletionSink>(job.model, std::move(s), job.stream);
-    run_generation(*ctx.workers, std::move(job), std::move(res), std::move(sink));
+    run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
 }  // namespace

@@ -465,7 +465,7 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
     job.params.render_special = prompt->special_markup;
     job.prompt_param = "messages";
     auto sink = std::make_unique<ChatSink>(job.model, ctx.opts, job.n, job.stream, include_usage, logprobs);
-    run_generation(*ctx.workers, std::move(job), std::move(res), std::move(sink));
+    run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
 }  // namespace

@@ -184,7 +184,7 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
     job.prompt_param = "prompt";
     const bool logprobs = job.params.top_logprobs >= 0;
     auto sink = std::make_unique<CompletionSink>(job.model, job.n, job.stream, include_usage, logprobs);
-    run_generation(*ctx.workers, std::move(job), std::move(res), std::move(sink));
+    run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
 }  // namespace

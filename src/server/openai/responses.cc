@@ -493,7 +493,7 @@ void route_create(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
     job.stream = r.stream;
     job.prompt_param = "input";
     auto sink = std::make_unique<ResponsesSink>(ctx, job.model, std::move(r));
-    run_generation(*ctx.workers, std::move(job), std::move(res), std::move(sink));
+    run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
 void route_get(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
