@@ -422,28 +422,9 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
     const Fields f{body, ""};
     ApiError err;
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kOpenAI, e); };
-    std::string model_name;
-    if (!f.string("model", &model_name, &err)) return fail(err);
     GenerationJob job;
-    if (!ctx.acquire(model_name, &job.model, &err)) return fail(err);
-    bool seeded = false;
-    if (!read_sampling(f, {}, &job.params, &seeded, &err)) return fail(err);
-    if (!read_logit_bias(f, *job.model, &job.params.sampling, &err)) return fail(err);
-    int64_t max_tokens = ctx.opts.default_max_tokens;
-    if (!f.integer("max_tokens", 1, 1 << 24, &max_tokens, &err) ||
-        !f.integer("max_completion_tokens", 1, 1 << 24, &max_tokens, &err) ||
-        !f.integer("n_predict", -1, 1 << 24, &max_tokens, &err))
-        return fail(err);
-    job.params.max_tokens = static_cast<int>(max_tokens);
-    int64_t n = 1;
-    if (!f.integer("n", 1, 16, &n, &err)) return fail(err);
-    job.n = static_cast<int>(n);
-    if (!f.boolean("stream", &job.stream, &err)) return fail(err);
     bool include_usage = false;
-    const json* so = nullptr;
-    if (!f.object("stream_options", &so, &err)) return fail(err);
-    if (so && !Fields{*so, "stream_options."}.boolean("include_usage", &include_usage, &err)) return fail(err);
-    if (!f.strings("stop", 16, &job.params.stop, &err)) return fail(err);
+    if (!read_openai_job(ctx, f, /*chat=*/true, &job, &include_usage, &err)) return fail(err);
     bool logprobs = false;
     int64_t top_logprobs = 0;
     if (!f.boolean("logprobs", &logprobs, &err) || !f.integer("top_logprobs", 0, 20, &top_logprobs, &err))
@@ -452,8 +433,6 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
         return fail(bad_param("top_logprobs", "'top_logprobs' requires 'logprobs' to be true."));
     }
     job.params.top_logprobs = logprobs ? static_cast<int>(top_logprobs) : -1;
-    std::string user;
-    if (!f.string("user", &user, &err)) return fail(err);
 
     Conversation conv;
     if (!parse_openai_conversation(body, &conv, &err)) return fail(err);

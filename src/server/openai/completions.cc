@@ -137,35 +137,15 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
     const Fields f{body, ""};
     ApiError err;
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kOpenAI, e); };
-    std::string model_name;
-    if (!f.string("model", &model_name, &err)) return fail(err);
     GenerationJob job;
-    if (!ctx.acquire(model_name, &job.model, &err)) return fail(err);
-    bool seeded = false;
-    if (!read_sampling(f, {}, &job.params, &seeded, &err)) return fail(err);
-    if (!read_logit_bias(f, *job.model, &job.params.sampling, &err)) return fail(err);
-    int64_t max_tokens = ctx.opts.default_max_tokens;
-    if (!f.integer("max_tokens", 1, 1 << 24, &max_tokens, &err) ||
-        !f.integer("n_predict", -1, 1 << 24, &max_tokens, &err))
-        return fail(err);
-    job.params.max_tokens = static_cast<int>(max_tokens);
-    int64_t n = 1;
-    if (!f.integer("n", 1, 16, &n, &err)) return fail(err);
-    job.n = static_cast<int>(n);
-    if (!f.boolean("stream", &job.stream, &err)) return fail(err);
     bool include_usage = false;
-    const json* so = nullptr;
-    if (!f.object("stream_options", &so, &err)) return fail(err);
-    if (so && !Fields{*so, "stream_options."}.boolean("include_usage", &include_usage, &err)) return fail(err);
-    if (!f.strings("stop", 16, &job.params.stop, &err)) return fail(err);
+    if (!read_openai_job(ctx, f, /*chat=*/false, &job, &include_usage, &err)) return fail(err);
     int64_t lp = -1;
     if (!f.integer("logprobs", 0, 5, &lp, &err)) return fail(err);
     job.params.top_logprobs = f.find("logprobs") ? static_cast<int>(lp) : -1;
     bool echo = false;
     if (!f.boolean("echo", &echo, &err)) return fail(err);
     if (echo) return fail(bad_param("echo", "'echo' is not supported."));
-    std::string user;
-    if (!f.string("user", &user, &err)) return fail(err);
 
     const json* p = f.find("prompt");
     if (!p) return fail(bad_param("prompt", "Missing required parameter: 'prompt'."));
@@ -188,6 +168,29 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
 }
 
 }  // namespace
+
+bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJob* job, bool* include_usage,
+                     ApiError* err) {
+    std::string model_name, user;
+    if (!f.string("model", &model_name, err) || !ctx.acquire(model_name, &job->model, err)) return false;
+    bool seeded = false;
+    if (!read_sampling(f, {}, &job->params, &seeded, err) ||
+        !read_logit_bias(f, *job->model, &job->params.sampling, err))
+        return false;
+    int64_t max_tokens = ctx.opts.default_max_tokens;
+    if (!f.integer("max_tokens", 1, 1 << 24, &max_tokens, err) ||
+        (chat && !f.integer("max_completion_tokens", 1, 1 << 24, &max_tokens, err)) ||
+        !f.integer("n_predict", -1, 1 << 24, &max_tokens, err))  // llama.cpp's name
+        return false;
+    job->params.max_tokens = static_cast<int>(max_tokens);
+    int64_t n = 1;
+    if (!f.integer("n", 1, 16, &n, err) || !f.boolean("stream", &job->stream, err)) return false;
+    job->n = static_cast<int>(n);
+    const json* so = nullptr;
+    if (!f.object("stream_options", &so, err)) return false;
+    if (so && !Fields{*so, "stream_options."}.boolean("include_usage", include_usage, err)) return false;
+    return f.strings("stop", 16, &job->params.stop, err) && f.string("user", &user, err);
+}
 
 void add_completions_routes(Router& router, ServerContext& ctx) {
     for (const char* path : {"/v1/completions", "/completions"}) {

@@ -14,6 +14,7 @@ namespace ferrox {
 
 class Router;
 struct ServerContext;
+struct GenerationJob;
 
 void add_openai_routes(Router& router, ServerContext& ctx);
 void add_responses_routes(Router& router, ServerContext& ctx);
@@ -21,6 +22,11 @@ void add_responses_routes(Router& router, ServerContext& ctx);
 // Chat Completions' messages / tools / tool_choice / parallel_tool_calls / chat_template_kwargs
 // into a Conversation. Errors name the field (messages[2].tool_calls[0].function.arguments).
 bool parse_openai_conversation(const json& body, Conversation* conv, ApiError* err);
+
+// What Chat Completions and Completions share: model (acquired), sampling, logit_bias,
+// max_tokens (chat: also max_completion_tokens), n, stream, stream_options, stop, user.
+bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJob* job, bool* include_usage,
+                     ApiError* err);
 
 // An OpenAI call id: "call_" + 24 hex digits.
 std::string openai_call_id();
