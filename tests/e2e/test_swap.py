@@ -179,3 +179,24 @@ def test_two_models_then_swap_under_load_never_splices(swap_server):
     print(f"swap: {len(results)} answers ({n_a} first checkpoint, {n_b} second), {swaps} swaps, 0 failures; "
           f"RSS one model {rss_one >> 10} MiB, during swaps max {max(rss_during) >> 10} MiB, after {rss_after >> 10} MiB")
     assert rss_after < rss_one + 60 * 1024
+
+
+def test_a_load_over_max_memory_is_refused_with_the_numbers():
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    # One default model is ~98 MiB of weights + ~47 MiB of KV at -c 2048: a second does not fit.
+    s = Server("--admin-key", "admin-secret", "--max-memory", "200")
+    try:
+        r = httpx.post(s.base + "/admin/models/load", headers=ADMIN, timeout=120, json={"path": MODEL, "alias": "two"})
+        assert r.status_code == 400, r.text
+        msg = r.json()["error"]["message"]
+        assert "--max-memory 200 MiB" in msg and "MiB are in use" in msg
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            listed = httpx.get(s.base + "/admin/models", headers=ADMIN).json()["data"]
+            if [m["id"] for m in listed] == ["SmolLM2-135M-Instruct.Q4_1"]:
+                break
+            time.sleep(0.2)
+        assert [m["id"] for m in listed] == ["SmolLM2-135M-Instruct.Q4_1"]  # nothing changed
+    finally:
+        s.stop()
