@@ -89,8 +89,13 @@ bool Fields::integer(const char* key, int64_t lo, int64_t hi, int64_t* out, ApiE
             in_range = u <= static_cast<uint64_t>(INT64_MAX) && static_cast<int64_t>(u) <= hi;
             i = static_cast<int64_t>(u);
         } else {
-            i = v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(d);
-            in_range = i >= lo && i <= hi;
+            // A float at or beyond 2^63 has no int64 value (the cast would be undefined).
+            if (!v->is_number_integer() && !(d > -9223372036854775808.0 && d < 9223372036854775808.0)) {
+                in_range = false;
+            } else {
+                i = v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(d);
+                in_range = i >= lo && i <= hi;
+            }
         }
     }
     if (!in_range) {

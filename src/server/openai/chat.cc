@@ -4,6 +4,7 @@
 
 #include "server/context.h"
 #include "server/generation.h"
+#include "server/json_body.h"
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/router.h"
@@ -86,7 +87,9 @@ bool parse_tool_calls(const json& tc, const std::string& where, std::vector<Tool
         } else if (args->is_object()) {
             call.arguments = dump(*args);  // lenient: some clients send the object itself
         } else if (args->is_string()) {
-            json parsed = json::parse(args->get<std::string>(), nullptr, false);
+            // JSON inside a string escapes the body's depth scan: the template copies it recursively.
+            const std::string& text = args->get_ref<const std::string&>();
+            json parsed = json_nesting_depth(text) > kMaxJsonDepth ? json() : json::parse(text, nullptr, false);
             if (parsed.is_discarded() || !parsed.is_object()) {
                 *err = bad_param(ff.name("arguments"), "Invalid '" + ff.name("arguments") +
                                                            "': expected a JSON object encoded as a string.");

@@ -9,6 +9,7 @@
 
 #include "server/context.h"
 #include "server/generation.h"
+#include "server/json_body.h"
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/response_store.h"
@@ -134,7 +135,9 @@ bool parse_input(const json& input, std::vector<ChatMessage>* msgs, json* items,
             if (type == "function_call") {
                 std::string args;
                 if (!f.string("arguments", &args, err)) return false;
-                json parsed = json::parse(args.empty() ? "{}" : args, nullptr, false);
+                // JSON inside a string escapes the body's depth scan: the template copies it recursively.
+                json parsed = json_nesting_depth(args) > kMaxJsonDepth ? json()
+                                                                       : json::parse(args.empty() ? "{}" : args, nullptr, false);
                 if (parsed.is_discarded() || !parsed.is_object()) {
                     *err = bad_param(where + ".arguments", "Invalid '" + where + ".arguments': expected a JSON object encoded as a string.");
                     return false;
