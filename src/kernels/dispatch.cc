@@ -9,6 +9,10 @@
 #include <cstring>
 #include <mutex>
 
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
+
 #include "core/check.h"
 #include "core/log.h"
 #include "kernels/kernels_internal.h"
@@ -113,8 +117,15 @@ bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool has = [] {
         __builtin_cpu_init();
+#if defined(__clang__) && __clang_major__ < 16
+        // clang before 16 has no "f16c" for __builtin_cpu_supports: CPUID.1:ECX bit 29.
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+#else
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
+#endif
     }();
     return has;
 #else

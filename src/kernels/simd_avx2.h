@@ -53,7 +53,11 @@ constexpr int64_t kPrefetchAhead = 4096;
 template <int64_t kOff, int64_t kBytes, int kHint>
 __attribute__((always_inline)) inline void prefetch_lines(const char* q) {
     if constexpr (kOff < kBytes) {
+#if defined(__clang__)
+        _mm_prefetch(q + kOff, kHint);  // clang's _mm_prefetch is a macro taking an int hint
+#else
         _mm_prefetch(q + kOff, static_cast<_mm_hint>(kHint));
+#endif
         prefetch_lines<kOff + 64, kBytes, kHint>(q);
     }
 }
