@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/quants.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {
@@ -101,8 +102,7 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
 
 const AttnF16Kernels& attn_f16_kernels() {
     static const AttnF16Kernels* k = [] {
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c")) {
+        if (cpu_has_avx2()) {  // AVX2, FMA and F16C (kernels/dispatch.cc)
             return attn_f16_kernels_avx2();
         }
         return &attn_f16_kernels_scalar();
