@@ -21,7 +21,7 @@ the wait for a slot) and inter-token latency (between consecutive text events of
 p50/p99, plus the access log's status counts.
 
 Usage:
-  python3 bench/soak.py [--minutes 10] [--clients 256] [-np 16] [-t 2] [--seed 1]
+  python3 bench/soak.py [--minutes 10] [--clients 256] [--client-addrs 4] [-np 16] [-t 2] [--seed 1]
                         [--ferrox build/bin/ferrox] [-m MODEL] [--extra 'ARGS'] [--json-out F]
 Exit status 1 when there were errors or the server did not return to idle.
 """
@@ -184,9 +184,12 @@ class Stats:
         self.itl = []          # seconds
         self.per_route = {r: 0 for r in ROUTES}
         self.tokens = 0        # text events
+        self.kinds = {}        # error message with digits masked -> count
 
     def error(self, msg):
         self.errors += 1
+        kind = re.sub(r"\d+", "N", msg)[:90]
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
         if len(self.error_log) < 50:
             self.error_log.append(f"{time.strftime('%H:%M:%S')} {msg}")
 
@@ -204,6 +207,8 @@ async def one_request(client, base, rng, stats):
             if r.status_code != 200:
                 text = (await r.aread())[:200]
                 stats.error(f"{route}: HTTP {r.status_code} {text!r}")
+                if r.headers.get("retry-after"):  # 429 / 503: back off as a real client would
+                    await asyncio.sleep(float(r.headers["retry-after"]))
                 return
             if not r.headers.get("content-type", "").startswith("text/event-stream"):
                 stats.error(f"{route}: content-type {r.headers.get('content-type')}")
@@ -253,17 +258,24 @@ async def one_request(client, base, rng, stats):
         stats.error(f"{route}: {type(e).__name__}: {e}")
 
 
-async def client_loop(i, base, seed, stats, stop_at):
+async def client_loop(i, base, seed, stats, stop_at, local_address):
     rng = random.Random(seed * 100003 + i)
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
+    transport = httpx.AsyncHTTPTransport(local_address=local_address, limits=limits)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), transport=transport) as client:
         await asyncio.sleep(rng.random() * 2)  # spread the first wave
         while time.monotonic() < stop_at:
             await one_request(client, base, rng, stats)
 
 
+def sampler_client():
+    # Its own source address: the server caps connections per client IP (256 by default), and
+    # the sampler must not take one of the clients' places nor be refused.
+    return httpx.AsyncClient(timeout=30, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.254"))
+
+
 async def sampler(base, pid, stats, t_start, interval, rows, stop_evt):
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with sampler_client() as c:
         while True:
             rows.append(await sample(c, base, pid, stats, t_start))
             try:
@@ -295,13 +307,15 @@ async def soak(args, base, pid):
     stop_at = t_start + args.minutes * 60
     stop_evt = asyncio.Event()
     samp = asyncio.create_task(sampler(base, pid, stats, t_start, args.interval, rows, stop_evt))
-    await asyncio.gather(*[client_loop(i, base, args.seed, stats, stop_at) for i in range(args.clients)])
+    addrs = [f"127.0.0.{1 + k}" for k in range(args.client_addrs)]
+    await asyncio.gather(*[client_loop(i, base, args.seed, stats, stop_at, addrs[i % len(addrs)])
+                           for i in range(args.clients)])
     t_clients_done = time.monotonic() - t_start
     stop_evt.set()
     await samp
     # Back to idle: nothing running or waiting, no KV block referenced.
     idle = False
-    async with httpx.AsyncClient(timeout=30) as c:
+    async with sampler_client() as c:
         deadline = time.monotonic() + args.idle_timeout
         while time.monotonic() < deadline:
             row = await sample(c, base, pid, stats, t_start)
@@ -322,6 +336,9 @@ def main():
     ap.add_argument("-np", "--parallel", type=int, default=16)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--max-queue", type=int, default=1024, help="server --max-queue (above --clients: no 429)")
+    ap.add_argument("--client-addrs", type=int, default=4,
+                    help="loopback source addresses the clients are spread over (127.0.0.1..N): the server's "
+                         "per-client-IP connection cap is 256")
     ap.add_argument("--cancel-frac", type=float, default=0.2)
     ap.add_argument("--interval", type=float, default=10)
     ap.add_argument("--idle-timeout", type=float, default=60)
@@ -355,7 +372,7 @@ def main():
         cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
                     if l.startswith("Model name")), platform.processor())
         print(f"# soak: {' '.join(shlex.quote(a) for a in cmd)}")
-        print(f"# {args.clients} clients, {args.minutes} min, cancel {args.cancel_frac:.0%}, CPU {cpu}, "
+        print(f"# {args.clients} clients from {args.client_addrs} source address(es), {args.minutes} min, cancel {args.cancel_frac:.0%}, CPU {cpu}, "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
         stats, rows, idle, t_clients = asyncio.run(soak(args, base, proc.pid))
     finally:
@@ -402,12 +419,14 @@ def main():
     print(f"access log statuses (generating routes): {dict(sorted(statuses.items()))}")
     if server_errors:
         print(f"server log lines with error/fail/warn: {len(server_errors)}; first: {server_errors[:5]}")
+    for k, v in sorted(stats.kinds.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"error kind x{v}: {k}")
     for e in stats.error_log[:20]:
         print("error:", e)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"rows": rows, "done": stats.done, "cancelled": stats.cancelled, "errors": stats.errors,
-                       "error_log": stats.error_log, "ttft": stats.ttft, "itl": stats.itl, "idle": idle,
+                       "error_log": stats.error_log, "error_kinds": stats.kinds, "ttft": stats.ttft, "itl": stats.itl, "idle": idle,
                        "exit_code": rc, "statuses": statuses, "cmd": cmd}, f)
     print(f"# logs in {logdir}")
     sys.exit(0 if stats.errors == 0 and idle and rc == 0 else 1)
