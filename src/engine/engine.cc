@@ -36,6 +36,7 @@ struct Engine::Seq {
     int n_generated = 0;
     int max_total = 0;            // prompt + generated never exceeds this
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<grammar::Matcher> matcher;  // with a grammar
     std::unique_ptr<TextStream> text;
     std::unique_ptr<SeqKv> kv;
     bool done = false;
@@ -212,6 +213,36 @@ void Engine::finish(Seq& s, FinishReason why, Status error) {
     ev.n_cached = s.n_cached;
     ev.stop_matched = s.stop_matched;
     s.sink(std::move(ev));
+}
+
+std::shared_ptr<grammar::GrammarRuntime> Engine::grammar_runtime(const std::shared_ptr<const grammar::Grammar>& g,
+                                                                  bool special) {
+    ++grammar_clock_;
+    for (GrammarEntry& e : grammars_) {
+        if (e.special == special && (&e.rt->grammar() == g.get() || e.rt->grammar().source() == g->source())) {
+            e.last_use = grammar_clock_;
+            return e.rt;
+        }
+    }
+    auto& vocab = grammar_vocab_[special ? 1 : 0];
+    if (!vocab) {
+        const Tokenizer& tok = *model_->tokenizer;
+        const int n = model_->forward_model().n_vocab();
+        std::vector<std::string> bytes(static_cast<size_t>(n));
+        for (int32_t id = 0; id < n; ++id) {
+            if (!tok.is_eog(id)) bytes[id] = std::string(tok.token_to_piece(id, special));
+        }
+        vocab = std::make_shared<grammar::TokenVocab>(std::move(bytes), tok.eog_ids());
+    }
+    // Keep the 32 most recently used grammars (each holds its masks, up to 64 MiB).
+    constexpr size_t kKeep = 32;
+    if (grammars_.size() >= kKeep) {
+        auto oldest = std::min_element(grammars_.begin(), grammars_.end(),
+                                       [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+        grammars_.erase(oldest);
+    }
+    grammars_.push_back({std::make_shared<grammar::GrammarRuntime>(g, vocab), special, grammar_clock_});
+    return grammars_.back().rt;
 }
 
 void Engine::update_gauges() {
@@ -394,6 +425,9 @@ void Engine::admit() {
             }
             s.sampler = std::make_unique<Sampler>(s.params.sampling, model_->forward_model().n_vocab());
             s.text = std::make_unique<TextStream>(*model_->tokenizer, s.params.stop, s.params.render_special);
+            if (s.params.grammar) {
+                s.matcher = std::make_unique<grammar::Matcher>(grammar_runtime(s.params.grammar, s.params.render_special));
+            }
         }
         s.kv = std::make_unique<SeqKv>(kv_.get());
         s.kv->adopt(matched);
@@ -509,8 +543,17 @@ bool Engine::step() {
             finish(s, FinishReason::kLength);
             continue;
         }
+        if (s.matcher && !s.matcher->apply(std::span<float>(lg, n_vocab))) {
+            finish(s, FinishReason::kError, invalid_argument("the grammar allows no token of this vocabulary here"));
+            continue;
+        }
         const int32_t tok = s.sampler->sample(std::span<float>(lg, n_vocab), s.tokens);
+        if (s.matcher && !s.matcher->accept_token(tok)) {  // (the mask excluded it: not reached)
+            finish(s, FinishReason::kError, internal_error("the sampled token breaks the grammar"));
+            continue;
+        }
         emit_token(s, tok, lg);
+        if (!s.done && s.matcher && s.matcher->must_end()) finish(s, FinishReason::kStop);
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());

@@ -107,6 +107,9 @@ private:
     void update_gauges();
     void finish(Seq& s, FinishReason why, Status error = Status::ok());
     void emit_token(Seq& s, int32_t token, const float* logits);
+    // The runtime of a request's grammar (shared by the requests with the same grammar).
+    std::shared_ptr<grammar::GrammarRuntime> grammar_runtime(const std::shared_ptr<const grammar::Grammar>& g,
+                                                             bool special);
 
     std::shared_ptr<LoadedModel> model_;
     EngineOptions opts_;
@@ -127,6 +130,16 @@ private:
     std::vector<Seq*> in_batch_;  // the sequences of batch_, in order
 
     uint64_t next_order_ = 0;     // admission order, for choosing whom to preempt
+    // Constrained decoding: the vocabulary's bytes (without and with control tokens' text),
+    // built at the first constrained request, and the runtimes of recent grammars.
+    std::shared_ptr<const grammar::TokenVocab> grammar_vocab_[2];
+    struct GrammarEntry {
+        std::shared_ptr<grammar::GrammarRuntime> rt;
+        bool special;
+        uint64_t last_use;
+    };
+    std::vector<GrammarEntry> grammars_;
+    uint64_t grammar_clock_ = 0;
 
     std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0}, kv_cached_{0};
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};

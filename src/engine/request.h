@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 
 namespace ferrox {
 
@@ -28,6 +29,10 @@ struct GenerationParams {
     bool render_special = false;
     // > 0: the request ends (finish kLength, with what it has) this many seconds after submit.
     double timeout_s = 0;
+    // Constrained decoding: every token must continue this grammar (over the tokens' bytes;
+    // control tokens count by their text when render_special). End of generation is allowed
+    // only where the grammar is complete, and generation ends (kStop) where it must.
+    std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
