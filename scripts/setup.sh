@@ -24,7 +24,7 @@ if ((${#missing[@]})); then
 fi
 
 # Python packages for the e2e tests (real clients). Skipped when already importable.
-if ! python3 -c "import openai, anthropic, pytest, httpx, gguf" 2>/dev/null; then
+if ! python3 -c "import openai, anthropic, pytest, httpx, gguf, jsonschema" 2>/dev/null; then
   echo "setup: installing Python test packages"
   req="$(dirname "$0")/requirements-test.txt"
   # A Debian system Python refuses pip installs (PEP 668) unless told it may.

@@ -10,6 +10,7 @@
 #include "server/generation.h"
 #include "server/request_fields.h"
 #include "server/router.h"
+#include "server/structured.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -440,6 +441,11 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     job.params.render_special = prompt->special_markup;
     job.output = prompt->output;
     job.stream = p.stream;
+    // Output constraints: a forced tool call (tool_choice any / tool) wins over output_format.
+    if (!read_anthropic_constraint(Fields{req.body, ""}, &job.params.grammar, &err) ||
+        !forced_tool_call_constraint(p.conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {
+        return send(*res, err);
+    }
     const int n_prompt = static_cast<int>(job.prompt.size());
     auto sink = std::make_unique<MessagesSink>(job.model, job.stream, n_prompt);
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));

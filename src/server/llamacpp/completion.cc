@@ -9,6 +9,7 @@
 #include "server/llamacpp/llamacpp.h"
 #include "server/request_fields.h"
 #include "server/router.h"
+#include "server/structured.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -212,6 +213,7 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     s.n_prompt = static_cast<int>(job.prompt.size());
     job.params = s.params;
     job.prompt_param = "prompt";
+    if (!read_llamacpp_constraint(f, &job.params.grammar, &err)) return fail(err);
     auto sink = std::make_unique<CompletionSink>(job.model, std::move(s), job.stream);
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }

@@ -8,6 +8,7 @@
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/router.h"
+#include "server/structured.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -446,6 +447,11 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
     job.output = prompt->output;
     job.params.render_special = prompt->special_markup;
     job.prompt_param = "messages";
+    // Output constraints: a forced tool call wins over response_format.
+    if (!read_openai_constraint(f, &job.params.grammar, &err) ||
+        !forced_tool_call_constraint(conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {
+        return fail(err);
+    }
     auto sink = std::make_unique<ChatSink>(job.model, ctx.opts, job.n, job.stream, include_usage, logprobs);
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }

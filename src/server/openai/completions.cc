@@ -5,6 +5,7 @@
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/router.h"
+#include "server/structured.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -162,6 +163,7 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
     }
     if (job.prompt.empty()) return fail(bad_param("prompt", "The prompt is empty after tokenization."));
     job.prompt_param = "prompt";
+    if (!read_openai_constraint(f, &job.params.grammar, &err)) return fail(err);
     const bool logprobs = job.params.top_logprobs >= 0;
     auto sink = std::make_unique<CompletionSink>(job.model, job.n, job.stream, include_usage, logprobs);
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));

@@ -14,6 +14,7 @@
 #include "server/request_fields.h"
 #include "server/response_store.h"
 #include "server/router.h"
+#include "server/structured.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -495,6 +496,11 @@ void route_create(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
     job.output = prompt->output;
     job.stream = r.stream;
     job.prompt_param = "input";
+    // Output constraints: a forced tool call wins over text.format.
+    if (!read_responses_constraint(Fields{req.body, ""}, &job.params.grammar, &err) ||
+        !forced_tool_call_constraint(r.conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {
+        return send(*res, err);
+    }
     auto sink = std::make_unique<ResponsesSink>(ctx, job.model, std::move(r));
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
