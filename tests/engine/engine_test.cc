@@ -196,6 +196,71 @@ TEST_F(EngineTest, GreedyIsTheSameAloneBatchedWarmAndPreempted) {
     EXPECT_EQ(small->stats().kv_blocks_used, 0);
 }
 
+// Constrained decoding (issue 16): every answer follows its grammar and ends where the grammar
+// must end; constrained and free requests share batches, and neither batching, a warm prefix
+// cache nor preemption changes a constrained (or free) greedy answer.
+TEST_F(EngineTest, ConstrainedAnswersFollowTheGrammarAloneBatchedAndPreempted) {
+    auto g = grammar::Grammar::parse(
+        "root ::= \"{\\\"answer\\\": \\\"\" [a-zA-Z ,.]{1,20} \"\\\", \\\"n\\\": \" [1-9] [0-9]{0,2} \"}\"");
+    ASSERT_TRUE(g.has_value()) << g.status().message();
+    const std::vector<std::string> questions = {"Name a color.", "What is two plus two?", "Where is Paris?",
+                                                "Say hello."};
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& q : questions) {
+        prompts.push_back(ids("<|im_start|>user\n" + q + " Answer in JSON.<|im_end|>\n<|im_start|>assistant\n"));
+    }
+    auto params = [&](size_t i) {
+        GenerationParams p = greedy(32);
+        if (i % 2 == 0) p.grammar = *g;  // half constrained, half free
+        return p;
+    };
+    auto run = [&](Engine& e, bool together) {
+        std::vector<std::unique_ptr<Collector>> cs;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            cs.push_back(std::make_unique<Collector>());
+            EXPECT_TRUE(e.submit(prompts[i], params(i), cs.back()->sink()).has_value());
+            if (!together) {
+                EXPECT_TRUE(cs.back()->wait());
+            }
+        }
+        for (auto& c : cs) EXPECT_TRUE(c->wait());
+        return cs;
+    };
+    auto engine = [&](int n_parallel, int n_ctx, int block_size) {
+        EngineOptions eo;
+        eo.n_parallel = n_parallel;
+        eo.n_ctx = n_ctx;
+        eo.block_size = block_size;
+        eo.max_batch_tokens = 48;
+        auto e = Engine::create(*model_, eo);
+        EXPECT_TRUE(e.has_value());
+        return std::move(*e);
+    };
+    auto alone_engine = engine(1, 1024, 16);
+    auto alone = run(*alone_engine, false);
+    auto both = engine(4, 2048, 16);
+    auto batched = run(*both, true);
+    auto warm = run(*both, true);
+    auto small = engine(4, 88, 8);  // 11 blocks of 8 for four sequences of up to ~60
+    auto preempted = run(*small, true);
+    EXPECT_GT(small->stats().n_preemptions, 0u);
+    auto vocab = std::make_shared<grammar::TokenVocab>(std::vector<std::string>{}, std::vector<int32_t>{});
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(batched[i]->text, alone[i]->text) << questions[i];
+        EXPECT_EQ(warm[i]->text, alone[i]->text) << questions[i];
+        EXPECT_EQ(preempted[i]->text, alone[i]->text) << questions[i];
+        if (i % 2 == 0) {
+            grammar::Matcher m(std::make_shared<grammar::GrammarRuntime>(*g, vocab));
+            EXPECT_TRUE(m.accept_bytes(alone[i]->text) && m.must_end()) << alone[i]->text;
+            EXPECT_EQ(alone[i]->last.finish, FinishReason::kStop) << alone[i]->text;
+        } else {
+            EXPECT_EQ(alone[i]->last.n_completion, 32);  // the free ones run to the limit
+        }
+    }
+    EXPECT_EQ(small->stats().kv_blocks_used, 0);
+    EXPECT_EQ(both->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, CancelFreesEverything) {
     Collector a, b;
     auto e = make_engine(2);
