@@ -147,7 +147,16 @@ private:
     std::vector<uint8_t> next_done_;
     std::unordered_map<State, TokenMask, StateHash> masks_;
     std::vector<std::pair<uint32_t, uint32_t>> work_;  // expand()'s work list
-    std::vector<State> depth_states_;                  // compute_mask()'s per-depth states
+    // compute_mask() runs on interned states with a byte transition table each (a DFA built
+    // lazily), so walking the vocabulary is mostly array lookups.
+    static constexpr uint32_t kUnknown = 0xFFFFFFFFu, kDead = 0xFFFFFFFEu;
+    uint32_t state_id(const State& s);
+    uint32_t transition(uint32_t sid, uint8_t b);
+    std::unordered_map<State, uint32_t, StateHash> state_ids_;
+    std::deque<State> states_;
+    std::vector<std::array<uint32_t, 256>> trans_;
+    std::vector<uint32_t> depth_sids_;  // compute_mask()'s per-depth states
+    State scratch_;
 };
 
 // One sequence's position in a grammar.

@@ -149,12 +149,38 @@ GrammarRuntime::State GrammarRuntime::advance(const State& s, std::string_view b
     return cur;
 }
 
+uint32_t GrammarRuntime::state_id(const State& s) {
+    auto [it, inserted] = state_ids_.try_emplace(s, static_cast<uint32_t>(states_.size()));
+    if (inserted) {
+        states_.push_back(s);
+        trans_.emplace_back();
+        trans_.back().fill(kUnknown);
+    }
+    return it->second;
+}
+
+uint32_t GrammarRuntime::transition(uint32_t sid, uint8_t b) {
+    uint32_t t = trans_[sid][b];
+    if (t != kUnknown) return t;
+    step(states_[sid], b, scratch_);
+    t = scratch_.empty() ? kDead : state_id(scratch_);
+    trans_[sid][b] = t;
+    return t;
+}
+
 void GrammarRuntime::compute_mask(const State& s, TokenMask& m) {
     const TokenVocab& v = *vocab_;
     m.bits.assign((static_cast<size_t>(v.n_vocab()) + 63) / 64, 0);
-    if (depth_states_.size() < v.max_len_ + 1) depth_states_.resize(v.max_len_ + 1);
-    depth_states_[0] = s;
-    size_t ok_depth = 0;              // depth_states_[0..ok_depth] hold the last token's prefixes
+    // The transition tables stop growing past ~64 MiB; the cache then starts over (states are
+    // not referenced from outside compute_mask, so this is always safe).
+    if (states_.size() > 65536) {
+        state_ids_.clear();
+        states_.clear();
+        trans_.clear();
+    }
+    if (depth_sids_.size() < v.max_len_ + 1) depth_sids_.resize(v.max_len_ + 1);
+    depth_sids_[0] = state_id(s);
+    size_t ok_depth = 0;              // depth_sids_[0..ok_depth] hold the last token's prefixes
     size_t fail_at = SIZE_MAX;        // the last token died after this many bytes
     for (size_t i = 0; i < v.sorted_.size(); ++i) {
         const int32_t id = v.sorted_[i];
@@ -163,13 +189,14 @@ void GrammarRuntime::compute_mask(const State& s, TokenMask& m) {
         if (fail_at <= l) continue;  // shares the prefix that already failed
         bool good = true;
         for (size_t k = std::min(l, ok_depth); k < t.size(); ++k) {
-            step(depth_states_[k], static_cast<uint8_t>(t[k]), depth_states_[k + 1]);
-            if (depth_states_[k + 1].empty()) {
+            const uint32_t nx = transition(depth_sids_[k], static_cast<uint8_t>(t[k]));
+            if (nx == kDead) {
                 fail_at = k + 1;
                 ok_depth = k;
                 good = false;
                 break;
             }
+            depth_sids_[k + 1] = nx;
         }
         if (good) {
             m.bits[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
