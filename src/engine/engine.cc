@@ -101,6 +101,24 @@ void Engine::shutdown() {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    {
+        std::lock_guard<std::mutex> lk(mask_mu_);
+        mask_stop_ = true;
+    }
+    mask_cv_.notify_all();
+    if (mask_thread_.joinable()) mask_thread_.join();
+}
+
+void Engine::mask_main() {
+    std::unique_lock<std::mutex> lk(mask_mu_);
+    for (;;) {
+        mask_cv_.wait(lk, [&] { return mask_stop_ || mask_busy_; });
+        if (mask_stop_) return;
+        for (grammar::Matcher* m : mask_jobs_) (void)m->mask();
+        mask_jobs_.clear();
+        mask_busy_ = false;
+        mask_cv_.notify_all();
+    }
 }
 
 Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> prompt,
@@ -224,6 +242,7 @@ std::shared_ptr<grammar::GrammarRuntime> Engine::grammar_runtime(const std::shar
             return e.rt;
         }
     }
+    if (!mask_thread_.joinable()) mask_thread_ = std::thread([this] { mask_main(); });
     auto& vocab = grammar_vocab_[special ? 1 : 0];
     if (!vocab) {
         const Tokenizer& tok = *model_->tokenizer;
@@ -519,7 +538,25 @@ bool Engine::step() {
     }
     if (batch_.seqs.empty()) return true;
 
+    // Masks not cached yet are computed beside the forward pass.
+    bool masks_launched = false;
+    if (mask_thread_.joinable()) {
+        std::lock_guard<std::mutex> lk(mask_mu_);
+        mask_jobs_.clear();
+        for (size_t i = 0; i < in_batch.size(); ++i) {
+            Seq& s = *in_batch[i];
+            if (s.matcher && batch_.seqs[i].want_logits && !s.matcher->mask_ready()) mask_jobs_.push_back(s.matcher.get());
+        }
+        if (!mask_jobs_.empty()) {
+            mask_busy_ = masks_launched = true;
+            mask_cv_.notify_all();
+        }
+    }
     Status st = model_->forward_model().forward(batch_, *kv_, logits_);
+    if (masks_launched) {
+        std::unique_lock<std::mutex> lk(mask_mu_);
+        mask_cv_.wait(lk, [&] { return !mask_busy_; });
+    }
     const int n_vocab = model_->forward_model().n_vocab();
     int row = 0;
     for (size_t i = 0; i < in_batch.size(); ++i) {

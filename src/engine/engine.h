@@ -140,6 +140,14 @@ private:
     };
     std::vector<GrammarEntry> grammars_;
     uint64_t grammar_clock_ = 0;
+    // The masks a step will need are computed on this thread while the forward pass runs
+    // (the engine thread touches no grammar runtime meanwhile). Started at the first grammar.
+    void mask_main();
+    std::thread mask_thread_;
+    std::mutex mask_mu_;
+    std::condition_variable mask_cv_;
+    std::vector<grammar::Matcher*> mask_jobs_;  // guarded by mask_mu_
+    bool mask_busy_ = false, mask_stop_ = false;  // guarded by mask_mu_
 
     std::atomic<int> n_running_{0}, n_waiting_{0}, kv_used_{0}, kv_cached_{0};
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};

@@ -116,6 +116,7 @@ public:
     State advance(const State& s, std::string_view bytes);
     // Tokens allowed in `s` (end-of-generation ones iff `s` can end). Cached per state.
     const TokenMask& mask(const State& s);
+    bool has_mask(const State& s) const { return masks_.count(s) != 0; }
     static bool can_end(const State& s) { return !s.empty() && s.front() == kAccept; }
     static bool must_end(const State& s) { return s.size() == 1 && s.front() == kAccept; }
 
@@ -173,6 +174,7 @@ public:
     // Sets every token the grammar does not allow now to -inf; false when it allows none.
     bool apply(std::span<float> logits);
     const TokenMask& mask() { return rt_->mask(state_); }
+    bool mask_ready() const { return rt_->has_mask(state_); }
 
 private:
     std::shared_ptr<GrammarRuntime> rt_;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -37,12 +37,16 @@ const std::vector<Primitive>& primitives() {
          {}},
         {"string", R"("\"" char* "\"")", {"char"}},
         {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))", {}},
-        {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?)", {}},
+        {"number",
+         R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?)",
+         {}},
         {"boolean", R"("true" | "false")", {}},
         {"null", R"("null")", {}},
-        {"value", R"(object | array | string | number | boolean | null)",
+        {"value",
+         R"(object | array | string | number | boolean | null)",
          {"object", "array", "string", "number", "boolean", "null"}},
-        {"object", R"("{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* ws )? "}")",
+        {"object",
+         R"("{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* ws )? "}")",
          {"ws", "string", "value"}},
         {"array", R"("[" ws ( value ( ws "," ws value )* ws )? "]")", {"ws", "value"}},
         // Formats. Dates are real dates of years 0001-9999 (29 February only in leap years).
@@ -58,7 +62,8 @@ const std::vector<Primitive>& primitives() {
          {}},
         {"fmt-date-time", R"(fmt-date "T" fmt-time)", {"fmt-date", "fmt-time"}},
         {"fmt-uuid",
-         R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})", {}},
+         R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})",
+         {}},
         {"fmt-email-atom", R"([A-Za-z0-9!#$%&'*+/=?\^_`{|}~\-]+)", {}},
         {"fmt-email-label", R"([A-Za-z0-9] ( [A-Za-z0-9\-]{0,61} [A-Za-z0-9] )?)", {}},
         {"fmt-email",
@@ -73,18 +78,20 @@ const std::vector<Primitive>& primitives() {
 // Formats and the length of their strings where it is fixed (0: variable).
 const std::map<std::string, std::pair<const char*, int>>& formats() {
     static const std::map<std::string, std::pair<const char*, int>> f = {
-        {"date", {"fmt-date", 10}},       {"time", {"fmt-time", 0}},   {"date-time", {"fmt-date-time", 0}},
-        {"uuid", {"fmt-uuid", 36}},       {"email", {"fmt-email", 0}}, {"ipv4", {"fmt-ipv4", 0}},
+        {"date", {"fmt-date", 10}},          {"time", {"fmt-time", 0}},
+        {"date-time", {"fmt-date-time", 0}}, {"uuid", {"fmt-uuid", 36}},
+        {"email", {"fmt-email", 0}},         {"ipv4", {"fmt-ipv4", 0}},
     };
     return f;
 }
 
 const std::set<std::string>& annotation_keywords() {
     static const std::set<std::string> s = {
-        "title",    "description", "examples",  "default",          "$schema",         "$id",
-        "$comment", "deprecated",  "readOnly",  "writeOnly",        "$anchor",         "$vocabulary",
-        "example",  "discriminator", "xml",     "externalDocs",     "contentMediaType", "contentEncoding",
-        "$dynamicAnchor", "$recursiveAnchor", "$defs", "definitions",
+        "title",        "description",      "examples",        "default",        "$schema",
+        "$id",          "$comment",         "deprecated",      "readOnly",       "writeOnly",
+        "$anchor",      "$vocabulary",      "example",         "discriminator",  "xml",
+        "externalDocs", "contentMediaType", "contentEncoding", "$dynamicAnchor", "$recursiveAnchor",
+        "$defs",        "definitions",
     };
     return s;
 }
@@ -92,15 +99,32 @@ const std::set<std::string>& annotation_keywords() {
 // Keywords that constrain one type (used to infer the types of a schema without `type`).
 const char* keyword_type(const std::string& k) {
     static const std::map<std::string, const char*> m = {
-        {"properties", "object"},      {"required", "object"},        {"additionalProperties", "object"},
-        {"patternProperties", "object"}, {"propertyNames", "object"}, {"minProperties", "object"},
-        {"maxProperties", "object"},   {"dependentRequired", "object"}, {"unevaluatedProperties", "object"},
-        {"items", "array"},            {"prefixItems", "array"},      {"additionalItems", "array"},
-        {"minItems", "array"},         {"maxItems", "array"},         {"contains", "array"},
-        {"uniqueItems", "array"},      {"unevaluatedItems", "array"}, {"minLength", "string"},
-        {"maxLength", "string"},       {"pattern", "string"},         {"format", "string"},
-        {"minimum", "number"},         {"maximum", "number"},         {"exclusiveMinimum", "number"},
-        {"exclusiveMaximum", "number"}, {"multipleOf", "number"},
+        {"properties", "object"},
+        {"required", "object"},
+        {"additionalProperties", "object"},
+        {"patternProperties", "object"},
+        {"propertyNames", "object"},
+        {"minProperties", "object"},
+        {"maxProperties", "object"},
+        {"dependentRequired", "object"},
+        {"unevaluatedProperties", "object"},
+        {"items", "array"},
+        {"prefixItems", "array"},
+        {"additionalItems", "array"},
+        {"minItems", "array"},
+        {"maxItems", "array"},
+        {"contains", "array"},
+        {"uniqueItems", "array"},
+        {"unevaluatedItems", "array"},
+        {"minLength", "string"},
+        {"maxLength", "string"},
+        {"pattern", "string"},
+        {"format", "string"},
+        {"minimum", "number"},
+        {"maximum", "number"},
+        {"exclusiveMinimum", "number"},
+        {"exclusiveMaximum", "number"},
+        {"multipleOf", "number"},
     };
     auto it = m.find(k);
     return it == m.end() ? nullptr : it->second;
@@ -131,7 +155,9 @@ bool value_has_type(const json& v, const std::string& t) {
     return false;
 }
 
-std::string json_text(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string json_text(const json& v) {
+    return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string pointer_escape(const std::string& key) {
     std::string s;
@@ -243,10 +269,67 @@ std::string magnitude_range(int64_t a, bool a_excl, int64_t b, bool b_excl) {
     return group(alts);
 }
 
+// ---- output ----------------------------------------------------------------------------------
+
+// The rule names a GBNF body refers to (outside literals, classes and {m,n}).
+std::vector<std::string> references(const std::string& body) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < body.size();) {
+        char c = body[i];
+        if (c == '"' || c == '[') {
+            char close = c == '"' ? '"' : ']';
+            for (++i; i < body.size() && body[i] != close; ++i) {
+                if (body[i] == '\\') ++i;
+            }
+            ++i;
+        } else if (c == '{') {
+            i = body.find('}', i);
+            i = i == std::string::npos ? body.size() : i + 1;
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_') {
+            size_t b = i;
+            while (i < body.size() &&
+                   ((body[i] >= 'a' && body[i] <= 'z') || (body[i] >= 'A' && body[i] <= 'Z') ||
+                    (body[i] >= '0' && body[i] <= '9') || body[i] == '-' || body[i] == '_')) {
+                ++i;
+            }
+            out.push_back(body.substr(b, i - b));
+        } else {
+            ++i;
+        }
+    }
+    return out;
+}
+
+// The rules reachable from the first one, in their order, as GBNF text.
+std::string reachable_rules(const std::vector<std::pair<std::string, std::string>>& rules) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < rules.size(); ++i) index.emplace(rules[i].first, i);
+    std::vector<bool> seen(rules.size(), false);
+    std::vector<size_t> work = {0};
+    seen[0] = true;
+    while (!work.empty()) {
+        size_t i = work.back();
+        work.pop_back();
+        for (const std::string& r : references(rules[i].second)) {
+            auto it = index.find(r);
+            if (it != index.end() && !seen[it->second]) {
+                seen[it->second] = true;
+                work.push_back(it->second);
+            }
+        }
+    }
+    std::string out;
+    for (size_t i = 0; i < rules.size(); ++i) {
+        if (seen[i]) out += rules[i].first + " ::= " + rules[i].second + "\n";
+    }
+    return out;
+}
+
 // ---- the converter ----------------------------------------------------------------------------
 
 class Converter {
-public:
+  public:
     Converter(const json& root, const JsonSchemaOptions& opts) : root_(root), opts_(opts) {
         for (const Primitive& p : primitives()) names_.insert(p.name);
         names_.insert("root");
@@ -254,19 +337,26 @@ public:
 
     Expected<JsonSchemaGbnf> run() {
         FERROX_ASSIGN_OR_RETURN(std::string top, visit(root_, "root", "#", 0));
-        std::string out = "root ::= " + top + "\n";
-        for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+        std::vector<std::pair<std::string, std::string>> all = {{"root", top}};
+        all.insert(all.end(), rules_.begin(), rules_.end());
         for (const Primitive& p : primitives()) {
-            if (used_.count(p.name)) out += std::string(p.name) + " ::= " + p.body + "\n";
+            if (used_.count(p.name)) all.push_back({p.name, p.body});
         }
-        for (const std::string& r : extra_text_) out += r;
+        for (const std::string& text : extra_text_) {  // "name ::= body" lines
+            size_t b = 0;
+            while (b < text.size()) {
+                size_t e = text.find('\n', b), sep = text.find(" ::= ", b);
+                all.push_back({text.substr(b, sep - b), text.substr(sep + 5, e - sep - 5)});
+                b = e + 1;
+            }
+        }
         JsonSchemaGbnf g;
-        g.gbnf = std::move(out);
+        g.gbnf = reachable_rules(all);
         g.ignored = std::move(ignored_);
         return g;
     }
 
-private:
+  private:
     // ---- bookkeeping ----
     std::string use(const char* name) {
         if (used_.insert(name).second) {
@@ -308,13 +398,15 @@ private:
         return name;
     }
 
-    Status unsupported(const std::string& keyword, const std::string& path, const std::string& why = "") {
+    Status unsupported(const std::string& keyword, const std::string& path,
+                       const std::string& why = "") {
         std::string where = keyword + " at " + path;
         if (opts_.strict) {
-            return invalid_argument("JSON Schema keyword '" + keyword + "' at " + path + " is not supported" +
-                                    (why.empty() ? "" : ": " + why));
+            return invalid_argument("JSON Schema keyword '" + keyword + "' at " + path +
+                                    " is not supported" + (why.empty() ? "" : ": " + why));
         }
-        if (std::find(ignored_.begin(), ignored_.end(), where) == ignored_.end()) ignored_.push_back(where);
+        if (std::find(ignored_.begin(), ignored_.end(), where) == ignored_.end())
+            ignored_.push_back(where);
         return Status::ok();
     }
 
@@ -333,28 +425,36 @@ private:
             const json& v = it.value();
             if (k == "uniqueItems") {
                 if (v.is_boolean() && !v.get<bool>()) continue;
-                if (s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() <= 1) continue;
+                if (s.contains("maxItems") && s["maxItems"].is_number() &&
+                    s["maxItems"].get<double>() <= 1)
+                    continue;
                 FERROX_RETURN_IF_ERROR(unsupported(k, path));
             } else if (k == "multipleOf") {
                 if (v.is_number() && v.get<double>() == 1.0) continue;
                 FERROX_RETURN_IF_ERROR(unsupported(k, path));
             } else if (k == "minProperties") {
-                size_t n_required = s.contains("required") && s["required"].is_array() ? s["required"].size() : 0;
+                size_t n_required =
+                    s.contains("required") && s["required"].is_array() ? s["required"].size() : 0;
                 if (v.is_number() && v.get<double>() <= static_cast<double>(n_required)) continue;
                 FERROX_RETURN_IF_ERROR(unsupported(k, path));
             } else if (k == "maxProperties") {
-                bool closed = s.contains("additionalProperties") && s["additionalProperties"].is_boolean() &&
+                bool closed = s.contains("additionalProperties") &&
+                              s["additionalProperties"].is_boolean() &&
                               !s["additionalProperties"].get<bool>();
-                size_t n_props = s.contains("properties") && s["properties"].is_object() ? s["properties"].size() : 0;
-                if (closed && v.is_number() && v.get<double>() >= static_cast<double>(n_props)) continue;
+                size_t n_props = s.contains("properties") && s["properties"].is_object()
+                                     ? s["properties"].size()
+                                     : 0;
+                if (closed && v.is_number() && v.get<double>() >= static_cast<double>(n_props))
+                    continue;
                 FERROX_RETURN_IF_ERROR(unsupported(k, path));
             } else if (k == "unevaluatedProperties" || k == "unevaluatedItems") {
                 if (v.is_boolean()) continue;
                 FERROX_RETURN_IF_ERROR(unsupported(k, path, "only true or false"));
-            } else if (k == "patternProperties" || k == "propertyNames" || k == "not" || k == "if" ||
-                       k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies" ||
-                       k == "contains" || k == "minContains" || k == "maxContains" || k == "$dynamicRef" ||
-                       k == "$recursiveRef" || k == "contentSchema") {
+            } else if (k == "patternProperties" || k == "propertyNames" || k == "not" ||
+                       k == "if" || k == "dependentRequired" || k == "dependentSchemas" ||
+                       k == "dependencies" || k == "contains" || k == "minContains" ||
+                       k == "maxContains" || k == "$dynamicRef" || k == "$recursiveRef" ||
+                       k == "contentSchema") {
                 FERROX_RETURN_IF_ERROR(unsupported(k, path));
             }
         }
@@ -364,13 +464,15 @@ private:
     // ---- $ref ----
     Expected<const json*> lookup(const std::string& ref, const std::string& path) {
         if (ref.empty() || ref[0] != '#') {
-            FERROX_RETURN_IF_ERROR(unsupported("$ref", path, "only references inside the schema ('#...'), not '" + ref + "'"));
+            FERROX_RETURN_IF_ERROR(unsupported(
+                "$ref", path, "only references inside the schema ('#...'), not '" + ref + "'"));
             return static_cast<const json*>(nullptr);
         }
         const json* cur = &root_;
         if (ref.size() == 1) return cur;
         if (ref[1] != '/') {
-            FERROX_RETURN_IF_ERROR(unsupported("$ref", path, "anchors ('" + ref + "') are not supported"));
+            FERROX_RETURN_IF_ERROR(
+                unsupported("$ref", path, "anchors ('" + ref + "') are not supported"));
             return static_cast<const json*>(nullptr);
         }
         size_t i = 2;
@@ -379,10 +481,12 @@ private:
             std::string raw = ref.substr(i, j == std::string::npos ? std::string::npos : j - i);
             std::string seg;
             for (size_t k = 0; k < raw.size(); ++k) {
-                if (raw[k] == '~' && k + 1 < raw.size() && (raw[k + 1] == '0' || raw[k + 1] == '1')) {
+                if (raw[k] == '~' && k + 1 < raw.size() &&
+                    (raw[k + 1] == '0' || raw[k + 1] == '1')) {
                     seg += raw[k + 1] == '0' ? '~' : '/';
                     ++k;
-                } else if (raw[k] == '%' && k + 2 < raw.size() && std::isxdigit(static_cast<unsigned char>(raw[k + 1])) &&
+                } else if (raw[k] == '%' && k + 2 < raw.size() &&
+                           std::isxdigit(static_cast<unsigned char>(raw[k + 1])) &&
                            std::isxdigit(static_cast<unsigned char>(raw[k + 2]))) {
                     seg += static_cast<char>(std::stoi(raw.substr(k + 1, 2), nullptr, 16));
                     k += 2;
@@ -392,7 +496,8 @@ private:
             }
             if (cur->is_object() && cur->contains(seg)) {
                 cur = &(*cur)[seg];
-            } else if (cur->is_array() && !seg.empty() && seg.find_first_not_of("0123456789") == std::string::npos &&
+            } else if (cur->is_array() && !seg.empty() &&
+                       seg.find_first_not_of("0123456789") == std::string::npos &&
                        std::stoul(seg) < cur->size()) {
                 cur = &(*cur)[std::stoul(seg)];
             } else {
@@ -412,7 +517,8 @@ private:
         FERROX_ASSIGN_OR_RETURN(const json* target, lookup(ref, path));
         if (target == nullptr) return use("value");  // ignored (strict = false)
         size_t slash = ref.rfind('/');
-        std::string name = fresh_name("ref-" + (ref.size() <= 1 ? std::string("root") : ref.substr(slash + 1)));
+        std::string name =
+            fresh_name("ref-" + (ref.size() <= 1 ? std::string("root") : ref.substr(slash + 1)));
         refs_[ref] = name;
         size_t slot = rules_.size();
         rules_.push_back({name, ""});
@@ -451,7 +557,9 @@ private:
         return out;
     }
 
-    static json all_of(const json& a, const json& b) { return json{{"allOf", json::array({a, b})}}; }
+    static json all_of(const json& a, const json& b) {
+        return json{{"allOf", json::array({a, b})}};
+    }
 
     static json addl_of(const json& s) {
         if (s.contains("additionalProperties")) return s["additionalProperties"];
@@ -468,7 +576,8 @@ private:
             if (a_in.get<bool>()) return b_in;
             return unsatisfiable(path, "allOf with false");
         }
-        if (!a_in.is_object() || !b_in.is_object()) return invalid(path, "a schema must be an object or a boolean");
+        if (!a_in.is_object() || !b_in.is_object())
+            return invalid(path, "a schema must be an object or a boolean");
         FERROX_ASSIGN_OR_RETURN(json b, inline_ref(b_in, path, depth));
         json a = a_in;
         if (b.is_boolean()) return merge(a, b, path, depth);
@@ -481,7 +590,8 @@ private:
         bool any_props = a.contains("properties") || b.contains("properties") ||
                          a.contains("additionalProperties") || b.contains("additionalProperties");
         if (any_props) {
-            json pa = a.value("properties", json::object()), pb = b.value("properties", json::object());
+            json pa = a.value("properties", json::object()),
+                 pb = b.value("properties", json::object());
             json xa = addl_of(a), xb = addl_of(b);
             json props = json::object();
             std::set<std::string> forbidden;
@@ -529,7 +639,9 @@ private:
                 for (const json* r : {&a, &b}) {
                     if (r->contains("required") && (*r)["required"].is_array()) {
                         for (const json& n : (*r)["required"]) {
-                            if (n == k) return unsatisfiable(path, "allOf requires '" + k + "' and forbids it");
+                            if (n == k)
+                                return unsatisfiable(path,
+                                                     "allOf requires '" + k + "' and forbids it");
                         }
                     }
                 }
@@ -572,13 +684,20 @@ private:
                 for (const json& n : v) {
                     if (std::find(cur.begin(), cur.end(), n) == cur.end()) cur.push_back(n);
                 }
-            } else if (k == "minLength" || k == "minItems" || k == "minimum" || k == "minProperties") {
-                if (v.is_number() && cur.is_number() && v.get<double>() > cur.get<double>()) cur = v;
-            } else if (k == "maxLength" || k == "maxItems" || k == "maximum" || k == "maxProperties") {
-                if (v.is_number() && cur.is_number() && v.get<double>() < cur.get<double>()) cur = v;
-            } else if ((k == "exclusiveMinimum" || k == "exclusiveMaximum") && v.is_number() && cur.is_number()) {
+            } else if (k == "minLength" || k == "minItems" || k == "minimum" ||
+                       k == "minProperties") {
+                if (v.is_number() && cur.is_number() && v.get<double>() > cur.get<double>())
+                    cur = v;
+            } else if (k == "maxLength" || k == "maxItems" || k == "maximum" ||
+                       k == "maxProperties") {
+                if (v.is_number() && cur.is_number() && v.get<double>() < cur.get<double>())
+                    cur = v;
+            } else if ((k == "exclusiveMinimum" || k == "exclusiveMaximum") && v.is_number() &&
+                       cur.is_number()) {
                 bool lower = k == "exclusiveMinimum";
-                if (lower ? v.get<double>() > cur.get<double>() : v.get<double>() < cur.get<double>()) cur = v;
+                if (lower ? v.get<double>() > cur.get<double>()
+                          : v.get<double>() < cur.get<double>())
+                    cur = v;
             } else if (k == "enum") {
                 json out = json::array();
                 for (const json& x : cur) {
@@ -600,7 +719,8 @@ private:
             } else if (k == "$defs" || k == "definitions") {
                 continue;
             } else {
-                FERROX_RETURN_IF_ERROR(unsupported("allOf", path, "cannot combine two different '" + k + "'"));
+                FERROX_RETURN_IF_ERROR(
+                    unsupported("allOf", path, "cannot combine two different '" + k + "'"));
             }
         }
         return a;
@@ -608,7 +728,8 @@ private:
 
     // ---- the walk ----
     // A rule name for the schema `s` found at `path`.
-    Expected<std::string> visit(const json& s, const std::string& hint, const std::string& path, int depth) {
+    Expected<std::string> visit(const json& s, const std::string& hint, const std::string& path,
+                                int depth) {
         if (depth > opts_.max_depth) return invalid(path, "schema nested too deeply");
         if (s.is_boolean()) {
             if (s.get<bool>()) return use("value");
@@ -675,7 +796,8 @@ private:
 
     Expected<std::string> visit_any_of(const json& s, const char* key, const std::string& hint,
                                        const std::string& path, int depth) {
-        if (!s[key].is_array() || s[key].empty()) return invalid(path, std::string(key) + " must be a non-empty array");
+        if (!s[key].is_array() || s[key].empty())
+            return invalid(path, std::string(key) + " must be a non-empty array");
         json rest = s;
         rest.erase(key);
         bool merge_rest = has_validation(rest);
@@ -713,7 +835,8 @@ private:
             std::string lit = gbnf_literal(json_text(v));
             if (std::find(alts.begin(), alts.end(), lit) == alts.end()) alts.push_back(lit);
         }
-        if (s.value("nullable", false) && std::find(alts.begin(), alts.end(), "\"null\"") == alts.end()) {
+        if (s.value("nullable", false) &&
+            std::find(alts.begin(), alts.end(), "\"null\"") == alts.end()) {
             alts.push_back("\"null\"");
         }
         if (alts.empty()) return unsatisfiable(path, "no enum value has the schema's type");
@@ -721,7 +844,7 @@ private:
     }
 
     Expected<std::vector<std::string>> types_of(const json& s, const std::string& path) {
-        static const std::vector<std::string> kOrder = {"object", "array", "string", "integer",
+        static const std::vector<std::string> kOrder = {"object", "array",   "string", "integer",
                                                         "number", "boolean", "null"};
         std::set<std::string> set;
         if (s.contains("type")) {
@@ -733,7 +856,8 @@ private:
                 names.push_back(t);
             }
             for (const json& n : names) {
-                if (!n.is_string() || std::find(kOrder.begin(), kOrder.end(), n.get<std::string>()) == kOrder.end()) {
+                if (!n.is_string() ||
+                    std::find(kOrder.begin(), kOrder.end(), n.get<std::string>()) == kOrder.end()) {
                     return invalid(path, "unknown type " + json_text(n));
                 }
                 set.insert(n.get<std::string>());
@@ -760,7 +884,8 @@ private:
     }
 
     // A non-negative integer keyword, or `dflt` when absent.
-    Expected<int64_t> count_keyword(const json& s, const char* k, int64_t dflt, const std::string& path) {
+    Expected<int64_t> count_keyword(const json& s, const char* k, int64_t dflt,
+                                    const std::string& path) {
         if (!s.contains(k)) return dflt;
         const json& v = s[k];
         if (!value_has_type(v, "integer") || v.get<double>() < 0) {
@@ -771,27 +896,32 @@ private:
         return static_cast<int64_t>(d);
     }
 
-    Expected<std::string> visit_string(const json& s, const std::string& hint, const std::string& path) {
+    Expected<std::string> visit_string(const json& s, const std::string& hint,
+                                       const std::string& path) {
         FERROX_ASSIGN_OR_RETURN(int64_t min_len, count_keyword(s, "minLength", 0, path));
         FERROX_ASSIGN_OR_RETURN(int64_t max_len, count_keyword(s, "maxLength", -1, path));
         bool has_len = s.contains("minLength") || s.contains("maxLength");
         if (max_len >= 0 && min_len > max_len) return unsatisfiable(path, "minLength > maxLength");
         if (s.contains("format")) {
-            const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : json_text(s["format"]);
+            const std::string f =
+                s["format"].is_string() ? s["format"].get<std::string>() : json_text(s["format"]);
             auto it = formats().find(f);
             if (it != formats().end()) {
                 int fixed = it->second.second;
                 if (has_len) {
                     if (fixed > 0) {
                         if (min_len > fixed || (max_len >= 0 && max_len < fixed)) {
-                            return unsatisfiable(path, "format " + f + " has " + std::to_string(fixed) + " characters");
+                            return unsatisfiable(path, "format " + f + " has " +
+                                                           std::to_string(fixed) + " characters");
                         }
                     } else {
-                        FERROX_RETURN_IF_ERROR(unsupported(s.contains("minLength") ? "minLength" : "maxLength", path,
-                                                           "combined with format"));
+                        FERROX_RETURN_IF_ERROR(
+                            unsupported(s.contains("minLength") ? "minLength" : "maxLength", path,
+                                        "combined with format"));
                     }
                 }
-                if (s.contains("pattern")) FERROX_RETURN_IF_ERROR(unsupported("pattern", path, "combined with format"));
+                if (s.contains("pattern"))
+                    FERROX_RETURN_IF_ERROR(unsupported("pattern", path, "combined with format"));
                 return add_rule(hint, "\"\\\"\" " + use(it->second.first) + " \"\\\"\"");
             }
             FERROX_RETURN_IF_ERROR(unsupported("format", path, "unknown format '" + f + "'"));
@@ -809,8 +939,9 @@ private:
                 FERROX_RETURN_IF_ERROR(unsupported("pattern", path, rx.status().message()));
             } else {
                 if (has_len) {
-                    FERROX_RETURN_IF_ERROR(unsupported(s.contains("minLength") ? "minLength" : "maxLength", path,
-                                                       "combined with pattern"));
+                    FERROX_RETURN_IF_ERROR(
+                        unsupported(s.contains("minLength") ? "minLength" : "maxLength", path,
+                                    "combined with pattern"));
                 }
                 extra_text_.push_back(*rx);
                 return add_rule(hint, "\"\\\"\" " + name + " \"\\\"\"");
@@ -819,7 +950,8 @@ private:
         if (!has_len) return use("string");
         use("char");
         if (min_len > kMaxRepeat || max_len > kMaxRepeat) {
-            FERROX_RETURN_IF_ERROR(unsupported(min_len > kMaxRepeat ? "minLength" : "maxLength", path,
+            FERROX_RETURN_IF_ERROR(unsupported(min_len > kMaxRepeat ? "minLength" : "maxLength",
+                                               path,
                                                "lengths above " + std::to_string(kMaxRepeat)));
             return use("string");
         }
@@ -829,8 +961,9 @@ private:
         } else if (max_len == 0) {
             return add_rule(hint, R"("\"\"")");
         } else {
-            rep = min_len == max_len ? "{" + std::to_string(min_len) + "}"
-                                     : "{" + std::to_string(min_len) + "," + std::to_string(max_len) + "}";
+            rep = min_len == max_len
+                      ? "{" + std::to_string(min_len) + "}"
+                      : "{" + std::to_string(min_len) + "," + std::to_string(max_len) + "}";
         }
         return add_rule(hint, "\"\\\"\" char" + rep + " \"\\\"\"");
     }
@@ -860,16 +993,19 @@ private:
         return b;
     }
 
-    Expected<std::string> visit_integer(const json& s, const std::string& hint, const std::string& path) {
+    Expected<std::string> visit_integer(const json& s, const std::string& hint,
+                                        const std::string& path) {
         FERROX_ASSIGN_OR_RETURN(Bound lo, bound(s, true, path));
         FERROX_ASSIGN_OR_RETURN(Bound hi, bound(s, false, path));
         if (!lo.present && !hi.present) return use("integer");
         double l = -1e16 + 1, h = 1e16 - 1;  // 16 digits either way, as the plain integer rule
         if (lo.present) l = lo.exclusive ? std::floor(lo.value) + 1 : std::ceil(lo.value);
         if (hi.present) h = hi.exclusive ? std::ceil(hi.value) - 1 : std::floor(hi.value);
-        const double cap = std::max({1e16 - 1, std::fabs(lo.present ? l : 0) , std::fabs(hi.present ? h : 0)});
+        const double cap =
+            std::max({1e16 - 1, std::fabs(lo.present ? l : 0), std::fabs(hi.present ? h : 0)});
         if (cap > 9e17) {
-            FERROX_RETURN_IF_ERROR(unsupported(lo.present ? "minimum" : "maximum", path, "bounds beyond 18 digits"));
+            FERROX_RETURN_IF_ERROR(
+                unsupported(lo.present ? "minimum" : "maximum", path, "bounds beyond 18 digits"));
             return use("integer");
         }
         if (!lo.present) l = -cap;
@@ -878,14 +1014,16 @@ private:
         return add_rule(hint, int_range(static_cast<int64_t>(l), static_cast<int64_t>(h)));
     }
 
-    Expected<std::string> visit_number(const json& s, const std::string& hint, const std::string& path) {
+    Expected<std::string> visit_number(const json& s, const std::string& hint,
+                                       const std::string& path) {
         FERROX_ASSIGN_OR_RETURN(Bound lo, bound(s, true, path));
         FERROX_ASSIGN_OR_RETURN(Bound hi, bound(s, false, path));
         if (!lo.present && !hi.present) return use("number");
         for (auto [b, name] : {std::pair{lo, lo.exclusive ? "exclusiveMinimum" : "minimum"},
                                std::pair{hi, hi.exclusive ? "exclusiveMaximum" : "maximum"}}) {
             if (b.present && (std::floor(b.value) != b.value || std::fabs(b.value) > 9e17)) {
-                FERROX_RETURN_IF_ERROR(unsupported(name, path, "a bound with a fraction on a number"));
+                FERROX_RETURN_IF_ERROR(
+                    unsupported(name, path, "a bound with a fraction on a number"));
                 return use("number");
             }
         }
@@ -898,7 +1036,8 @@ private:
             bool a_excl = lo.present && l >= 0 && lo.exclusive;
             int64_t b = hi.present ? h : std::max(cap, a);
             bool b_excl = hi.present && hi.exclusive;
-            if (a < b || (a == b && !a_excl && !b_excl)) alts.push_back(magnitude_range(a, a_excl, b, b_excl));
+            if (a < b || (a == b && !a_excl && !b_excl))
+                alts.push_back(magnitude_range(a, a_excl, b, b_excl));
         }
         // x < 0, as its magnitude
         if (!lo.present || l < 0) {
@@ -957,7 +1096,8 @@ private:
         }
         std::string rest = add_rule(hint + "-rest", R"(char* "\"")");
         std::vector<std::string> names(trie.size());
-        for (size_t i = 0; i < trie.size(); ++i) names[i] = fresh_name(hint + "-k" + std::to_string(i));
+        for (size_t i = 0; i < trie.size(); ++i)
+            names[i] = fresh_name(hint + "-k" + std::to_string(i));
         for (size_t i = 0; i < trie.size(); ++i) {
             const TrieNode& t = trie[i];
             std::vector<std::string> alts;
@@ -968,7 +1108,9 @@ private:
                 alts.push_back(gbnf_literal(c) + " " + names[static_cast<size_t>(child)]);
                 if (c[0] == '\\') {
                     if (c.size() == 2) {
-                        std::string e = c[1] == '"' ? "\\\"" : c[1] == '\\' ? "\\\\" : std::string(1, c[1]);
+                        std::string e = c[1] == '"'    ? "\\\""
+                                        : c[1] == '\\' ? "\\\\"
+                                                       : std::string(1, c[1]);
                         size_t at = esc_chars.find(e);
                         if (at != std::string::npos) esc_chars.erase(at, e.size());
                     }
@@ -977,7 +1119,8 @@ private:
                     auto b0 = static_cast<uint8_t>(c[0]);
                     int n = static_cast<int>(c.size());
                     cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-                    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(c[static_cast<size_t>(k)]) & 0x3F);
+                    for (int k = 1; k < n; ++k)
+                        cp = (cp << 6) | (static_cast<uint8_t>(c[static_cast<size_t>(k)]) & 0x3F);
                     char buf[16];
                     if (cp < 0x80 && std::isalnum(static_cast<int>(cp))) {
                         raw_excluded += static_cast<char>(cp);
@@ -1002,7 +1145,8 @@ private:
         return add_rule(hint, "\"\\\"\" " + names[0]);
     }
 
-    Expected<std::string> visit_object(const json& s, const std::string& hint, const std::string& path, int depth) {
+    Expected<std::string> visit_object(const json& s, const std::string& hint,
+                                       const std::string& path, int depth) {
         use("ws");
         struct Prop {
             std::string key;
@@ -1039,7 +1183,9 @@ private:
         for (const json& r : s.value("required", json::array())) {
             std::string k = r.get<std::string>();
             if (std::find(names.begin(), names.end(), k) != names.end()) continue;
-            if (closed) return unsatisfiable(path, "'" + k + "' is required but additionalProperties is false");
+            if (closed)
+                return unsatisfiable(path,
+                                     "'" + k + "' is required but additionalProperties is false");
             names.push_back(k);
             props.push_back({k, addl, true});
         }
@@ -1048,11 +1194,14 @@ private:
         std::vector<bool> req;
         for (const Prop& p : props) {
             if (p.schema.is_boolean() && !p.schema.get<bool>()) {
-                if (p.required) return unsatisfiable(path, "'" + p.key + "' is required and its schema is false");
+                if (p.required)
+                    return unsatisfiable(path,
+                                         "'" + p.key + "' is required and its schema is false");
                 continue;
             }
             std::string p_path = path + "/properties/" + pointer_escape(p.key);
-            FERROX_ASSIGN_OR_RETURN(std::string v, visit(p.schema, hint + "-" + p.key, p_path, depth + 1));
+            FERROX_ASSIGN_OR_RETURN(std::string v,
+                                    visit(p.schema, hint + "-" + p.key, p_path, depth + 1));
             kvs.push_back(gbnf_literal(json_text(json(p.key))) + " ws \":\" ws " + v);
             req.push_back(p.required);
         }
@@ -1062,7 +1211,8 @@ private:
             if (addl.is_boolean()) {
                 v = use("value");
             } else {
-                FERROX_ASSIGN_OR_RETURN(v, visit(addl, hint + "-additional", path + "/additionalProperties", depth + 1));
+                FERROX_ASSIGN_OR_RETURN(v, visit(addl, hint + "-additional",
+                                                 path + "/additionalProperties", depth + 1));
             }
             std::string key = key_not_in(names, hint + "-key");
             extra = add_rule(hint + "-extra", key + " ws \":\" ws " + v);
@@ -1078,7 +1228,8 @@ private:
         }
         for (size_t i = n; i-- > 0;) {
             std::string tail = rest[i + 1].empty() ? "" : " " + rest[i + 1];
-            std::string r = req[i] ? "ws \",\" ws " + kvs[i] + tail : "( ws \",\" ws " + kvs[i] + " )?" + tail;
+            std::string r =
+                req[i] ? "ws \",\" ws " + kvs[i] + tail : "( ws \",\" ws " + kvs[i] + " )?" + tail;
             rest[i] = add_rule(hint + "-r" + std::to_string(i), r);
             std::string f = kvs[i] + tail;
             if (!req[i] && !first[i + 1].empty()) f += " | " + first[i + 1];
@@ -1096,7 +1247,8 @@ private:
         return add_rule(hint, body);
     }
 
-    Expected<std::string> visit_array(const json& s, const std::string& hint, const std::string& path, int depth) {
+    Expected<std::string> visit_array(const json& s, const std::string& hint,
+                                      const std::string& path, int depth) {
         use("ws");
         std::vector<json> prefix;
         json rest = true;
@@ -1112,14 +1264,16 @@ private:
         } else if (s.contains("items")) {
             rest = s["items"];
         }
-        if (rest.is_boolean() && rest.get<bool>() && s.contains("unevaluatedItems") && s["unevaluatedItems"].is_boolean()) {
+        if (rest.is_boolean() && rest.get<bool>() && s.contains("unevaluatedItems") &&
+            s["unevaluatedItems"].is_boolean()) {
             rest = s["unevaluatedItems"];
         }
         FERROX_ASSIGN_OR_RETURN(int64_t min_n, count_keyword(s, "minItems", 0, path));
         FERROX_ASSIGN_OR_RETURN(int64_t max_n, count_keyword(s, "maxItems", -1, path));
         for (size_t i = 0; i < prefix.size(); ++i) {
             if (prefix[i].is_boolean() && !prefix[i].get<bool>()) {
-                max_n = max_n < 0 ? static_cast<int64_t>(i) : std::min<int64_t>(max_n, static_cast<int64_t>(i));
+                max_n = max_n < 0 ? static_cast<int64_t>(i)
+                                  : std::min<int64_t>(max_n, static_cast<int64_t>(i));
                 break;
             }
         }
@@ -1129,7 +1283,8 @@ private:
             max_n = max_n < 0 ? k : std::min(max_n, k);
         }
         if (max_n >= 0 && min_n > max_n) return unsatisfiable(path, "minItems > maxItems");
-        if (max_n >= 0 && static_cast<int64_t>(prefix.size()) > max_n) prefix.resize(static_cast<size_t>(max_n));
+        if (max_n >= 0 && static_cast<int64_t>(prefix.size()) > max_n)
+            prefix.resize(static_cast<size_t>(max_n));
         if (min_n > kMaxRepeat || max_n > kMaxRepeat) {
             FERROX_RETURN_IF_ERROR(unsupported(min_n > kMaxRepeat ? "minItems" : "maxItems", path,
                                                "counts above " + std::to_string(kMaxRepeat)));
@@ -1140,8 +1295,9 @@ private:
 
         std::vector<std::string> items;
         for (size_t i = 0; i < prefix.size(); ++i) {
-            FERROX_ASSIGN_OR_RETURN(std::string r, visit(prefix[i], hint + "-" + std::to_string(i),
-                                                         path + "/prefixItems/" + std::to_string(i), depth + 1));
+            FERROX_ASSIGN_OR_RETURN(std::string r,
+                                    visit(prefix[i], hint + "-" + std::to_string(i),
+                                          path + "/prefixItems/" + std::to_string(i), depth + 1));
             items.push_back(r);
         }
         const auto k = static_cast<int64_t>(items.size());
@@ -1170,7 +1326,8 @@ private:
             // after[i]: the items from position i on, given i items are written.
             std::string after = tail_after(k);
             for (int64_t i = k - 1; i >= 1; --i) {
-                std::string body = "ws \",\" ws " + items[static_cast<size_t>(i)] + (after.empty() ? "" : " " + after);
+                std::string body = "ws \",\" ws " + items[static_cast<size_t>(i)] +
+                                   (after.empty() ? "" : " " + after);
                 if (i >= min_n) body = "( " + body + " )?";
                 after = add_rule(hint + "-t" + std::to_string(i), body);
             }
@@ -1194,12 +1351,14 @@ private:
 
 }  // namespace
 
-Expected<JsonSchemaGbnf> json_schema_compile(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
+Expected<JsonSchemaGbnf> json_schema_compile(const nlohmann::ordered_json& schema,
+                                             const JsonSchemaOptions& opts) {
     Converter c(schema, opts);
     return c.run();
 }
 
-Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
+Expected<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                          const JsonSchemaOptions& opts) {
     FERROX_ASSIGN_OR_RETURN(JsonSchemaGbnf g, json_schema_compile(schema, opts));
     return std::move(g.gbnf);
 }

@@ -43,10 +43,9 @@
 //
 // Pure functions of their arguments; callable from any thread.
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 

@@ -67,8 +67,15 @@ Ranges word_set() { return normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 
 // U+001C..U+001F and U+0085 (white space to Python); \D and \W match ASCII only (Python's \d
 // and \w take in every Unicode digit and letter).
 Ranges space_set() {
-    return normalize({{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                      {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}});
+    return normalize({{'\t', '\r'},
+                      {' ', ' '},
+                      {0xA0, 0xA0},
+                      {0x1680, 0x1680},
+                      {0x2000, 0x200A},
+                      {0x2028, 0x2029},
+                      {0x202F, 0x202F},
+                      {0x205F, 0x205F},
+                      {0x3000, 0x3000}});
 }
 Ranges not_space_set() {
     Ranges r = space_set();
@@ -138,7 +145,7 @@ int hex_value(char32_t c) {
 }
 
 class Parser {
-public:
+  public:
     Parser(std::u32string p, int max_repeat) : p_(std::move(p)), max_repeat_(max_repeat) {}
 
     Expected<Alt> parse() {
@@ -147,7 +154,7 @@ public:
         return alt;
     }
 
-private:
+  private:
     Status error(const std::string& what) const {
         return invalid_argument("regex: " + what + " at offset " + std::to_string(pos_));
     }
@@ -242,13 +249,31 @@ private:
     Expected<Node> parse_atom(int depth) {
         char32_t c = peek();
         switch (c) {
-            case '(': return parse_group(depth);
-            case '[': return parse_class();
-            case '.': ++pos_; return set_node(dot_set());
-            case '^': { ++pos_; Node n; n.kind = Node::kStart; return n; }
-            case '$': { ++pos_; Node n; n.kind = Node::kEnd; return n; }
-            case '\\': return parse_escape();
-            case '*': case '+': case '?': return error("nothing to repeat");
+            case '(':
+                return parse_group(depth);
+            case '[':
+                return parse_class();
+            case '.':
+                ++pos_;
+                return set_node(dot_set());
+            case '^': {
+                ++pos_;
+                Node n;
+                n.kind = Node::kStart;
+                return n;
+            }
+            case '$': {
+                ++pos_;
+                Node n;
+                n.kind = Node::kEnd;
+                return n;
+            }
+            case '\\':
+                return parse_escape();
+            case '*':
+            case '+':
+            case '?':
+                return error("nothing to repeat");
             case '{': {
                 int m, n;
                 size_t save = pos_;
@@ -259,7 +284,9 @@ private:
                 ++pos_;
                 return set_node({{c, c}});
             }
-            default: ++pos_; return set_node({{c, c}});
+            default:
+                ++pos_;
+                return set_node({{c, c}});
         }
     }
 
@@ -270,9 +297,11 @@ private:
             if (a == ':') {
                 pos_ += 2;
             } else if (a == '=' || a == '!') {
-                return error("lookahead (?" + std::string(1, static_cast<char>(a)) + " is not supported");
+                return error("lookahead (?" + std::string(1, static_cast<char>(a)) +
+                             " is not supported");
             } else if (a == '<' && (b == '=' || b == '!')) {
-                return error("lookbehind (?<" + std::string(1, static_cast<char>(b)) + " is not supported");
+                return error("lookbehind (?<" + std::string(1, static_cast<char>(b)) +
+                             " is not supported");
             } else if (a == '<') {  // named capturing group: the name does not matter here
                 size_t p = pos_ + 2;
                 while (p < p_.size() && p_[p] != '>') ++p;
@@ -299,24 +328,42 @@ private:
         ++pos_;
         auto one = [](uint32_t cp) { return Ranges{{cp, cp}}; };
         switch (c) {
-            case 'd': return digit_set();
-            case 'D': return ascii_complement(digit_set());
-            case 'w': return word_set();
-            case 'W': return ascii_complement(word_set());
-            case 's': return space_set();
-            case 'S': return not_space_set();
-            case 'n': return one('\n');
-            case 'r': return one('\r');
-            case 't': return one('\t');
-            case 'f': return one('\f');
-            case 'v': return one('\v');
+            case 'd':
+                return digit_set();
+            case 'D':
+                return ascii_complement(digit_set());
+            case 'w':
+                return word_set();
+            case 'W':
+                return ascii_complement(word_set());
+            case 's':
+                return space_set();
+            case 'S':
+                return not_space_set();
+            case 'n':
+                return one('\n');
+            case 'r':
+                return one('\r');
+            case 't':
+                return one('\t');
+            case 'f':
+                return one('\f');
+            case 'v':
+                return one('\v');
             case 'b':
                 if (in_class) return one('\b');
                 --pos_;
                 return error("word boundary \\b is not supported");
-            case 'B': --pos_; return error("word boundary \\B is not supported");
-            case 'p': case 'P': --pos_; return error("Unicode property escapes \\p{...} are not supported");
-            case 'k': --pos_; return error("backreference \\k<name> is not supported");
+            case 'B':
+                --pos_;
+                return error("word boundary \\B is not supported");
+            case 'p':
+            case 'P':
+                --pos_;
+                return error("Unicode property escapes \\p{...} are not supported");
+            case 'k':
+                --pos_;
+                return error("backreference \\k<name> is not supported");
             case '0':
                 if (peek() >= '0' && peek() <= '9') return error("octal escapes are not supported");
                 return one(0);
@@ -477,14 +524,22 @@ std::string class_expr(const Ranges& r) {
 // The text a JSON string holds for `cp` (escaped where JSON requires it).
 std::string json_char(uint32_t cp) {
     switch (cp) {
-        case '"': return "\\\"";
-        case '\\': return "\\\\";
-        case '\b': return "\\b";
-        case '\f': return "\\f";
-        case '\n': return "\\n";
-        case '\r': return "\\r";
-        case '\t': return "\\t";
-        default: break;
+        case '"':
+            return "\\\"";
+        case '\\':
+            return "\\\\";
+        case '\b':
+            return "\\b";
+        case '\f':
+            return "\\f";
+        case '\n':
+            return "\\n";
+        case '\r':
+            return "\\r";
+        case '\t':
+            return "\\t";
+        default:
+            break;
     }
     if (cp < 0x20) return "\\u00" + hex(cp, 2, false);
     std::string s;
@@ -493,12 +548,12 @@ std::string json_char(uint32_t cp) {
 }
 
 struct Expr {
-    std::string text;    // empty: matches the empty string
-    bool atom = true;    // can take a quantifier without parentheses
+    std::string text;  // empty: matches the empty string
+    bool atom = true;  // can take a quantifier without parentheses
 };
 
 class Emitter {
-public:
+  public:
     explicit Emitter(const RegexOptions& opts) : opts_(opts) {}
 
     Expected<std::string> emit(const Alt& top) {
@@ -539,10 +594,12 @@ public:
         return out;
     }
 
-private:
+  private:
     Status check_no_anchor(const Node& n) {
-        if (n.kind == Node::kStart) return invalid_argument("regex: '^' is only supported at the start of the pattern");
-        if (n.kind == Node::kEnd) return invalid_argument("regex: '$' is only supported at the end of the pattern");
+        if (n.kind == Node::kStart)
+            return invalid_argument("regex: '^' is only supported at the start of the pattern");
+        if (n.kind == Node::kEnd)
+            return invalid_argument("regex: '$' is only supported at the end of the pattern");
         if (n.kind == Node::kGroup) {
             for (const Seq& s : n.alts) {
                 for (const Node& c : s) FERROX_RETURN_IF_ERROR(check_no_anchor(c));
@@ -616,7 +673,8 @@ private:
 
     Expr set_expr(const Ranges& r) {
         if (!opts_.json_string) {
-            if (r.size() == 1 && r[0].first == r[0].second) return {gbnf_literal(char_text(r[0].first)), true};
+            if (r.size() == 1 && r[0].first == r[0].second)
+                return {gbnf_literal(char_text(r[0].first)), true};
             return {class_expr(r), true};
         }
         Ranges plain = intersect(r, normalize({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodePoint}}));
@@ -694,8 +752,8 @@ private:
 bool valid_rule_name(std::string_view s) {
     if (s.empty()) return false;
     for (char c : s) {
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '_')) {
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_')) {
             return false;
         }
     }
@@ -709,11 +767,21 @@ std::string gbnf_literal(std::string_view bytes) {
     for (char ch : bytes) {
         auto c = static_cast<uint8_t>(ch);
         switch (c) {
-            case '"': s += "\\\""; break;
-            case '\\': s += "\\\\"; break;
-            case '\n': s += "\\n"; break;
-            case '\r': s += "\\r"; break;
-            case '\t': s += "\\t"; break;
+            case '"':
+                s += "\\\"";
+                break;
+            case '\\':
+                s += "\\\\";
+                break;
+            case '\n':
+                s += "\\n";
+                break;
+            case '\r':
+                s += "\\r";
+                break;
+            case '\t':
+                s += "\\t";
+                break;
             default:
                 if (c < 0x20 || c == 0x7F) {
                     s += "\\x" + hex(c, 2);
@@ -726,7 +794,8 @@ std::string gbnf_literal(std::string_view bytes) {
 }
 
 Expected<std::string> regex_to_gbnf(std::string_view pattern, const RegexOptions& opts) {
-    if (!valid_rule_name(opts.rule)) return invalid_argument("regex: invalid rule name '" + opts.rule + "'");
+    if (!valid_rule_name(opts.rule))
+        return invalid_argument("regex: invalid rule name '" + opts.rule + "'");
     std::u32string cps;
     if (!decode_utf8(pattern, cps)) return invalid_argument("regex: pattern is not valid UTF-8");
     Parser parser(std::move(cps), opts.max_repeat);
