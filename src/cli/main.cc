@@ -461,6 +461,10 @@ int cmd_serve(int argc, char** argv) {
         }
         for (const ModelStatus& m : registry->list()) {
             if (m.id != ModelRegistry::alias_of(lr)) continue;
+            if (m.kv_blocks_total == 0) {  // an embedding model: no KV pool
+                std::fprintf(stderr, "ferrox: ready: model %s (embeddings)\n", m.id.c_str());
+                continue;
+            }
             std::fprintf(stderr,
                          "ferrox: ready: model %s, %d slots, KV %s %d blocks of %d tokens (%.1f MiB)%s\n",
                          m.id.c_str(), eo.n_parallel, kv_type_name(eo.kv_type), m.kv_blocks_total, eo.block_size,

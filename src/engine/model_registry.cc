@@ -6,6 +6,7 @@
 #include <malloc.h>
 
 #include "core/log.h"
+#include "engine/embedder.h"
 #include "engine/model_spec.h"
 #include "engine/scripted_model.h"
 
@@ -20,7 +21,23 @@ const char* model_state_name(ModelState s) {
     return "?";
 }
 
+namespace {
+
+// An encoder checkpoint (a safetensors directory or a bert GGUF) as an embedding model.
+Expected<ModelLease> load_served_encoder(const ModelSpec& spec) {
+    EncoderOptions eo;
+    eo.n_threads = spec.model.n_threads;
+    auto enc = load_encoder(spec.path, eo);
+    if (!enc.has_value()) return enc.status();
+    ServedModelOptions so = spec.served;
+    if (so.alias.empty()) so.alias = spec.alias;
+    return ServedModel::create_embedding(std::make_unique<Embedder>(std::move(*enc), spec.engine.max_queue), so);
+}
+
+}  // namespace
+
 Expected<ModelLease> load_served_model(const ModelSpec& spec) {
+    if (spec.test_script.empty() && is_encoder_checkpoint(spec.path)) return load_served_encoder(spec);
     auto loaded = load_model(spec.path, spec.model);
     if (!loaded.has_value()) return loaded.status();
     LoadedModel& lm = **loaded;
@@ -110,7 +127,9 @@ Status ModelRegistry::finish_load(const std::string& alias, Expected<ModelLease>
 
 std::string ModelRegistry::alias_of(const LoadRequest& req) {
     if (!req.alias.empty()) return req.alias;
-    std::string a = std::filesystem::path(req.path).filename().string();
+    std::string p = req.path;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();  // a checkpoint directory
+    std::string a = std::filesystem::path(p).filename().string();
     const std::string ext = ".gguf";
     if (a.size() > ext.size() && a.ends_with(ext)) a.resize(a.size() - ext.size());
     return a;
@@ -162,7 +181,16 @@ Status ModelRegistry::unload(const std::string& alias) {
 }
 
 Expected<ModelLease> ModelRegistry::acquire(const std::string& name) const {
+    return acquire(name, std::nullopt);
+}
+
+Expected<ModelLease> ModelRegistry::acquire(const std::string& name, std::optional<ModelKind> default_kind) const {
     std::lock_guard<std::mutex> lk(mu_);
+    if (name.empty() && default_kind) {
+        for (const Entry& e : entries_) {
+            if (e.current && e.current->kind() == *default_kind) return e.current;
+        }
+    }
     bool any_loading = false;
     for (const Entry& e : entries_) {
         any_loading |= e.loading;

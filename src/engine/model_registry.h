@@ -19,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +75,8 @@ class ModelRegistry {
     // The model a request names ("" : the first loaded). kNotFound (unknown name) or
     // kUnavailable (nothing ready yet).
     Expected<ModelLease> acquire(const std::string& name) const;
+    // The same, but "" means the first ready model of `default_kind` (else the first ready).
+    Expected<ModelLease> acquire(const std::string& name, std::optional<ModelKind> default_kind) const;
     std::vector<ModelLease> ready() const;    // in load order
     std::vector<ModelStatus> list() const;    // ready, loading and draining ones
     bool any_ready() const;

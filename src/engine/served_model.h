@@ -9,6 +9,7 @@
 // Threading: every method may be called from any thread.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +23,16 @@
 namespace ferrox {
 
 class Engine;
+class Embedder;
+class Tokenizer;
+
+// What a model serves: text generation (a decoder with its engine) or embeddings (an encoder
+// with its embedder). Routes ask for one kind; the other is a 400 (ServerContext::acquire).
+enum class ModelKind { kGenerate, kEmbed };
+const char* model_kind_name(ModelKind k);  // "generate", "embed"
+
+// (status, vectors): one vector of ModelInfo::n_embd floats per input, in order.
+using EmbedCallback = std::function<void(Status, std::vector<float>)>;
 
 struct ModelInfo {
     std::string id;          // what clients name it by (alias or file stem)
@@ -39,6 +50,11 @@ struct ModelInfo {
     uint64_t generation = 0;    // which load of its alias this is (the registry counts)
     std::string chat_template;  // the source in use (the override, the model's, or ChatML)
     std::string tool_format;    // the tool-call family parsed from answers
+    ModelKind kind = ModelKind::kGenerate;
+    // Embedding models: n_embd is the vector's size, n_ctx the longest input in tokens.
+    std::string pooling;        // "mean", "cls", "last"
+    bool normalize = false;     // vectors are L2-normalized
+    bool matryoshka = false;    // vectors may be cut to fewer dimensions (and renormalized)
 };
 
 struct ServedModelOptions {
@@ -51,18 +67,27 @@ class ServedModel {
   public:
     static Expected<std::shared_ptr<ServedModel>> create(std::unique_ptr<Engine> engine,
                                                          const ServedModelOptions& options);
+    // An embedding model (kind kEmbed): no engine, no prompt builder; submit() refuses.
+    static Expected<std::shared_ptr<ServedModel>> create_embedding(std::unique_ptr<Embedder> embedder,
+                                                                   const ServedModelOptions& options);
     ~ServedModel();
 
     const ModelInfo& info() const { return info_; }
     // The registry's, before the model is published to other threads.
     void set_weight_bytes(int64_t n) { info_.weight_bytes = n; }
     void set_generation(uint64_t g) { info_.generation = g; }
-    const PromptBuilder& prompt() const { return *prompt_; }
+    ModelKind kind() const { return info_.kind; }
+    // Generation models only (routes acquire them by kind).
+    const PromptBuilder& prompt() const;
 
     // As Engine::submit: kInvalidArgument for a prompt that cannot fit, kResourceExhausted
     // when the queue is full. `sink` runs on the engine thread and must only queue.
     Expected<std::shared_ptr<RequestHandle>> submit(std::vector<int32_t> prompt,
                                                     GenerationParams params, EventSink sink);
+
+    // Embedding models only: every input 1..info().n_ctx token ids. `done` runs on the
+    // embedder's thread and must only queue. kResourceExhausted when its queue is full.
+    Status embed(std::vector<std::vector<int32_t>> inputs, EmbedCallback done);
 
     std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special) const;
     std::string detokenize(std::span<const int32_t> ids, bool special = true) const;
@@ -82,7 +107,9 @@ class ServedModel {
 
   private:
     ServedModel() = default;
-    std::unique_ptr<Engine> engine_;
+    const Tokenizer& tokenizer() const;
+    std::unique_ptr<Engine> engine_;      // generation models
+    std::unique_ptr<Embedder> embedder_;  // embedding models
     std::unique_ptr<PromptBuilder> prompt_;
     ModelInfo info_;
 };

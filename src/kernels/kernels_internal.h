@@ -22,6 +22,9 @@ struct OpsKernels {
     void (*vec_scale)(const float* x, float s, float* out, int64_t n);
     float (*dot_f32)(const float* a, const float* b, int64_t n);
     void (*axpy)(float a, const float* x, float* y, int64_t n);
+    void (*gemm_f32)(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+                     int64_t m, int64_t n, int64_t k);
+    void (*gelu_erf)(const float* x, float* y, int64_t n);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

@@ -55,12 +55,24 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void gemm_f32_scalar(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+                     int64_t m, int64_t n, int64_t k) {
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = dot_f32_scalar(a + i * lda, w + j * ldw, k);
+    }
+}
+
+void gelu_erf_scalar(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
 }  // namespace
 
 namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
-                      vec_scale_scalar, dot_f32_scalar, axpy_scalar};
+                      vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
+                      gelu_erf_scalar};
 }
 }  // namespace detail
 
@@ -81,5 +93,11 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     return detail::ops_kernels().dot_f32(a, b, n);
 }
 void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
+
+void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+              int64_t m, int64_t n, int64_t k) {
+    detail::ops_kernels().gemm_f32(a, lda, w, ldw, c, ldc, m, n, k);
+}
+void gelu_erf(const float* x, float* y, int64_t n) { detail::ops_kernels().gelu_erf(x, y, n); }
 
 }  // namespace ferrox

@@ -33,4 +33,15 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i].
 void axpy(float a, const float* x, float* y, int64_t n);
 
+// C = A * W^T over f32 rows: c[i * ldc + j] = sum_t a[i * lda + t] * w[j * ldw + t] for
+// i < m, j < n, t < k (A: (m, k), W: (n, k) as a weight matrix's rows, C: (m, n)); C is
+// overwritten and must not overlap A or W. Float accumulation (8 lanes per product on AVX2,
+// summed at the end; in order on scalar). One thread: callers split rows of W (or A).
+void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+              int64_t m, int64_t n, int64_t k);
+
+// GELU, the erf form BERT uses: y[i] = 0.5 x (1 + erf(x / sqrt 2)). y may alias x. Scalar:
+// std::erf; AVX2: an erf of absolute error below 2e-7 (Abramowitz-Stegun 7.1.26 with expf_ps).
+void gelu_erf(const float* x, float* y, int64_t n);
+
 }  // namespace ferrox

@@ -174,12 +174,94 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// A tile of C = A W^T: MR rows of A against NR rows of W, 8 lanes of k per step, every
+// product accumulated in its own register and reduced at the end (A read as memory operands,
+// so MR * NR accumulators + NR W loads fit the 16 registers for 4 x 3).
+template <int MR, int NR>
+inline void gemm_tile(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+                      int64_t k) {
+    __m256 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= k; t += 8) {
+        __m256 wv[NR];
+        for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + j * ldw + t);
+        for (int i = 0; i < MR; ++i) {
+            const __m256 av = _mm256_loadu_ps(a + i * lda + t);
+            for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        for (int j = 0; j < NR; ++j) {
+            float s = hsum_ps(acc[i][j]);
+            for (int64_t u = t; u < k; ++u) s += a[i * lda + u] * w[j * ldw + u];
+            c[i * ldc + j] = s;
+        }
+    }
+}
+
+void gemm_f32_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
+                   int64_t m, int64_t n, int64_t k) {
+    constexpr int kMR = 4, kNR = 3;
+    // Columns of C in blocks whose W rows stay in L2 while every row of A passes over them.
+    const int64_t fit = (96 * 1024 / 4 / (k > 0 ? k : 1)) / kNR * kNR;  // no std::max here
+    const int64_t nb = fit > kNR ? fit : kNR;
+    for (int64_t j0 = 0; j0 < n; j0 += nb) {
+        const int64_t j1 = j0 + nb < n ? j0 + nb : n;
+        int64_t i = 0;
+        for (; i + kMR <= m; i += kMR) {
+            int64_t j = j0;
+            for (; j + kNR <= j1; j += kNR)
+                gemm_tile<kMR, kNR>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
+            for (; j < j1; ++j) gemm_tile<kMR, 1>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
+        }
+        for (; i < m; ++i) {
+            int64_t j = j0;
+            for (; j + kNR <= j1; j += kNR)
+                gemm_tile<1, kNR>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
+            for (; j < j1; ++j) gemm_tile<1, 1>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
+        }
+    }
+}
+
+// erf(x) = 1 - (a1 t + a2 t^2 + ... + a5 t^5) exp(-x^2), t = 1 / (1 + p |x|), odd in x.
+inline __m256 erf_ps(__m256 x) {
+    const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.f));
+    const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.f), x);
+    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.f),
+                                   _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.f)));
+    __m256 p = _mm256_set1_ps(1.061405429f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    p = _mm256_mul_ps(p, t);
+    const __m256 e = expf_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), ax), ax));
+    const __m256 r = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.f));
+    return _mm256_or_ps(r, sign);
+}
+
+void gelu_erf_avx2(const float* x, float* y, int64_t n) {
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
+    const __m256 rs2 = _mm256_set1_ps(0.70710678118654752f);
+    int64_t i = 0;
+    for (; i < n; i += 8) {
+        const int64_t left = n - i;
+        const __m256 v = left >= 8 ? _mm256_loadu_ps(x + i) : load_partial(x + i, left, 0.f);
+        const __m256 g = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, erf_ps(_mm256_mul_ps(v, rs2))));
+        if (left >= 8) _mm256_storeu_ps(y + i, g);
+        else store_partial(y + i, left, g);
+    }
+}
+
 }  // namespace
 
 namespace detail::FERROX_ISA_NS {
 void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
-                      vec_scale_avx2, dot_f32_avx2, axpy_avx2};
+                      vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
+                      gelu_erf_avx2};
 }
 }  // namespace detail::FERROX_ISA_NS
 

@@ -2,10 +2,8 @@
 
 namespace ferrox {
 
-namespace {
-
-Status read_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi,
-                int* out) {
+Status read_hparam_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi,
+                       int* out) {
     FERROX_ASSIGN_OR_RETURN(auto v, f.get_int(key));
     if (!v) {
         if (required) return f.error("missing metadata '" + key + "'");
@@ -19,6 +17,8 @@ Status read_int(const GgufFile& f, const std::string& key, bool required, int lo
     return Status::ok();
 }
 
+namespace {
+constexpr auto read_int = read_hparam_int;
 }  // namespace
 
 Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::string& arch) {

@@ -1,7 +1,9 @@
 #pragma once
 // Hyperparameters of a decoder-only transformer, read from GGUF metadata.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "loader/gguf.h"
@@ -29,6 +31,20 @@ struct ModelHParams {
     float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
     RopeOrdering rope_ordering = RopeOrdering::kNormal;
 
+    // Architecture-specific (read by the architecture's read_hparams hook; these defaults are
+    // the llama family's).
+    // Sliding-window attention: a layer with swa_layers[il] != 0 lets position p attend only
+    // to positions (p - n_swa, p], llama.cpp's LLAMA_SWA_TYPE_STANDARD. n_swa == 0: none.
+    int n_swa = 0;
+    std::vector<uint8_t> swa_layers;    // (n_layer) 1: local (sliding-window) layer
+    float rope_freq_base_swa = 10000.0f;  // RoPE base of the local layers (scale 1)
+    float q_scale = 1.0f;   // multiplies Q after RoPE, before it meets K (gemma)
+    float kq_scale = 0.0f;  // scale of Q·K; 0: 1 / sqrt(head_dim)
+    float embd_scale = 1.0f;  // multiplies the token embeddings (gemma: sqrt(n_embd))
+    float final_logit_softcap = 0.0f;  // logits = c * tanh(logits / c) when > 0
+
+    bool is_swa(int il) const { return n_swa > 0 && !swa_layers.empty() && swa_layers[il] != 0; }
+
     int q_dim() const { return n_head * head_dim; }
     int kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -36,5 +52,8 @@ struct ModelHParams {
 // Reads the keys shared by the llama family ("<arch>.block_count" ...). Validates ranges and
 // divisibility; errors name the file and the key.
 Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::string& arch);
+
+// One integer key: *out unchanged when absent and !required; errors name the key and range.
+Status read_hparam_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi, int* out);
 
 }  // namespace ferrox

@@ -11,6 +11,7 @@
 #include "kernels/ops.h"
 #include "kernels/quants.h"
 #include "model/attention_f16.h"
+#include "model/gelu.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {
@@ -19,9 +20,10 @@ extern const ArchTraits kArchLlama;
 extern const ArchTraits kArchMistral;
 extern const ArchTraits kArchQwen2;
 extern const ArchTraits kArchQwen3;
+extern const ArchTraits kArchGemma3;
 
 const ArchTraits* find_arch(const std::string& name) {
-    for (const ArchTraits* a : {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3}) {
+    for (const ArchTraits* a : {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3, &kArchGemma3}) {
         if (name == a->name) return a;
     }
     return nullptr;
@@ -50,10 +52,34 @@ struct Model::Scratch {
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
+    std::vector<float> rope_cos_swa, rope_sin_swa;  // (n_tok, n_rot/2) local layers; empty if none
     std::unique_ptr<StealingRanges> tiles;  // the 64-row tiles of a decode product (matmuls)
 };
 
 namespace {
+
+bool can_pack_q8_0(const TensorView& t) { return t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768; }
+
+// Row `row` of a Q8_0 matrix repacked by repack8 (kernels/packed_avx2.cc): per group of 8 rows
+// and block of 32 elements, the 8 F16 scales, then for each lane l (elements 4l..4l+3) the 4
+// bytes of each row. Dequantized as Q8_0's own rows are (q * d, one rounding), so the bits are
+// those of dequantize_row on the unpacked row.
+void dequantize_packed_q8_0_row(const TensorView& t, int64_t row, float* y) {
+    constexpr int64_t kBlockBytes = 8 * 34;
+    const int64_t nb = t.ne[0] / 32;
+    const int r = static_cast<int>(row % 8);
+    const auto* g = static_cast<const uint8_t*>(t.data) + (row / 8) * nb * kBlockBytes;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* o = g + b * kBlockBytes;
+        uint16_t dh;
+        std::memcpy(&dh, o + 2 * r, 2);
+        const float d = fp16_to_fp32(dh);
+        for (int l = 0; l < 8; ++l) {
+            const auto* q = reinterpret_cast<const int8_t*>(o + 16 + 32 * l + 4 * r);
+            for (int k = 0; k < 4; ++k) y[b * 32 + 4 * l + k] = static_cast<float>(q[k]) * d;
+        }
+    }
+}
 
 constexpr int kMaxHeadDim = 512;
 constexpr int kDecodeRows = 32;  // partial P·V rows of the decode order (attention_f16.h)
@@ -119,6 +145,8 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     FERROX_ASSIGN_OR_RETURN(m->hp_, read_llama_family_hparams(f, *arch));
     ModelHParams& hp = m->hp_;
     hp.rope_ordering = traits->rope_ordering;
+    if (traits->read_hparams) FERROX_RETURN_IF_ERROR(traits->read_hparams(f, &hp));
+    if (hp.kq_scale == 0.0f) hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
 
     const TensorView* embd = f.find_tensor("token_embd.weight");
     if (!embd) return f.error("missing tensor 'token_embd.weight'");
@@ -162,6 +190,11 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
             FERROX_ASSIGN_OR_RETURN(L.q_norm, get_vector(f, p + "attn_q_norm.weight", hp.head_dim, true));
             FERROX_ASSIGN_OR_RETURN(L.k_norm, get_vector(f, p + "attn_k_norm.weight", hp.head_dim, true));
         }
+        if (traits->post_norms) {
+            FERROX_ASSIGN_OR_RETURN(L.post_attn_norm,
+                                    get_vector(f, p + "post_attention_norm.weight", hp.n_embd, true));
+            FERROX_ASSIGN_OR_RETURN(L.post_ffn_norm, get_vector(f, p + "post_ffw_norm.weight", hp.n_embd, true));
+        }
     }
 
     m->place_weights(f, opts.repack, !opts.mmap);
@@ -193,6 +226,10 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->seq.resize(T);
     s->rope_cos.resize(T * hp.n_rot / 2);
     s->rope_sin.resize(T * hp.n_rot / 2);
+    if (hp.n_swa > 0) {
+        s->rope_cos_swa.resize(T * hp.n_rot / 2);
+        s->rope_sin_swa.resize(T * hp.n_rot / 2);
+    }
     m->s_ = std::move(s);
     return m;
 }
@@ -223,7 +260,12 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
     }
     const bool tied = output_ == tok_embd_;
     if (!tied) consider(&output_);
-    if (copy) todo.push_back({&tok_embd_, false});  // read by row: never packed
+    // A tied Q8_0 table is packed for the output product (a large part of decode with a big
+    // vocabulary: Gemma's 262,144 rows) and its embedding rows gathered from the packed layout
+    // (dequantize_packed_q8_0_row); another table is read by row, never packed.
+    const bool pack_tied = tied && repack && tok_embd_->type == DType::kQ8_0 && can_pack_q8_0(*tok_embd_) &&
+                           quant_kernels(DType::kQ8_0).repack8 && quant_kernels(DType::kQ8_0).gemm_packed8;
+    if (copy || pack_tied) todo.push_back({&tok_embd_, pack_tied});
     if (todo.empty()) return;
     size_t total = 0;
     for (const Move& m : todo) total += (static_cast<size_t>((*m.w)->n_bytes()) + 63) / 64 * 64;
@@ -484,7 +526,8 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
     const size_t row_bytes = kv.geometry().row_bytes();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.kq_scale;
+    const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
     const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
@@ -517,19 +560,28 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int kvh = it.h0 / group;
             const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
             const int last_kv = s.pos[it.t0 + it.nt - 1] + 1;  // causal: positions [0, pos]
+            // A token at position p sees [window_begin(p), p]. Scores are indexed by absolute
+            // position and the loops start at a block (prompt: kVChunk) boundary at or before
+            // the item's first window, with zero weights below each token's window: a zero
+            // weight adds +0 to every partial sum, so the bits are those of a full-length
+            // masked pass (llama.cpp's), and blocks wholly before the window are not read.
+            const auto window_begin = [&](int pos) { return n_swa > 0 ? std::max(0, pos + 1 - n_swa) : 0; };
             if (sq.n_tokens < 2) {
                 // Decode: one token, one head.
                 const int t = it.t0;
+                const int first_kv = window_begin(last_kv - 1);
+                const int p_begin = first_kv / bs * bs;
                 const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd;
                 for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
-                for (int p = 0; p < last_kv; p += bs) {
+                for (int p = p_begin; p < last_kv; p += bs) {
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
                     fk.dots(false, qh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p);
                 }
-                softmax_inplace(scores, last_kv);
+                softmax_inplace(scores + first_kv, last_kv - first_kv);
+                std::fill(scores + p_begin, scores + first_kv, 0.0f);
                 std::fill(acc, acc + static_cast<size_t>(kDecodeRows) * hd, 0.0f);
-                for (int p = 0; p < last_kv; p += bs) {
+                for (int p = p_begin; p < last_kv; p += bs) {
                     const auto* vrow =
                         reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
                     fk.accumulate_run(scores + p, vrow, stride, std::min(bs, last_kv - p), p, kDecodeRows, acc, hd);
@@ -545,14 +597,20 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 for (int e = 0; e < nh * hd; ++e) qh[i * nh * hd + e] = fp16_to_fp32(fp32_to_fp16(q[e]));
             }
             // The dots up to the last token's position; the earlier tokens ignore the few past theirs.
-            for (int p = 0; p < last_kv; p += bs) {
+            const int v_begin = window_begin(s.pos[it.t0]) / kVChunk * kVChunk;
+            const int p_begin = v_begin / bs * bs;
+            for (int p = p_begin; p < last_kv; p += bs) {
                 const auto* krow = reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
                 fk.dots_prefill_group(qh, nq, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
                                       opts_.max_ctx);
             }
             for (int i = 0; i < it.nt; ++i) {
+                const int pos = s.pos[it.t0 + i];
+                const int first_kv = window_begin(pos);
                 for (int g = 0; g < nh; ++g) {
-                    softmax_inplace(scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx, s.pos[it.t0 + i] + 1);
+                    float* sc = scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx;
+                    softmax_inplace(sc + first_kv, pos + 1 - first_kv);
+                    std::fill(sc + v_begin, sc + first_kv, 0.0f);
                 }
             }
             // P·V a chunk of kVChunk positions at a time (a multiple of 8, so position p goes to
@@ -561,7 +619,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             std::fill(acc, acc + static_cast<size_t>(nq) * kPrefillRows * hd, 0.0f);
             float* vt = acc + static_cast<size_t>(kAttnQueries) * kPrefillRows * hd;
             const uint16_t* rows[kVChunk];
-            for (int p0 = 0; p0 < last_kv; p0 += kVChunk) {
+            for (int p0 = v_begin; p0 < last_kv; p0 += kVChunk) {
                 const int m = std::min(kVChunk, last_kv - p0);
                 for (int j = 0; j < m; ++j) {
                     const int p = p0 + j;
@@ -597,7 +655,8 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     const int bs = kv.geometry().block_size;
     const size_t row_bytes = kv.geometry().row_bytes();
     const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = hp.kq_scale;
+    const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;
     const QuantKernels& kq = quant_kernels(DType::kQ8_0);
     Scratch& s = *s_;
     pool_->run([&](int i_thread, int n_threads) {
@@ -612,14 +671,15 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
             const int kvh = h / group;
             const BatchSeq& sq = batch.seqs[s.seq[t]];
             const int n_kv = s.pos[t] + 1;
+            const int first_kv = n_swa > 0 ? std::max(0, n_kv - n_swa) : 0;
             kq.quantize_act_row(s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd, qq, hd);
-            for (int p = 0; p < n_kv; ++p) {
+            for (int p = first_kv; p < n_kv; ++p) {
                 const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
-            softmax_inplace(scores, n_kv);
+            softmax_inplace(scores + first_kv, n_kv - first_kv);
             std::fill(acc, acc + hd, 0.0f);
-            for (int p = 0; p < n_kv; ++p) {
+            for (int p = first_kv; p < n_kv; ++p) {
                 const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
                 kq.dequantize_row(vrow, vbuf, hd);
                 const float sp = scores[p];
@@ -670,25 +730,38 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     // Embeddings.
     const QuantKernels& ke = quant_kernels(tok_embd_->type);
     for (int t = 0; t < n_tok; ++t) {
-        ke.dequantize_row(tok_embd_->row(batch.tokens[t]), s.x.data() + static_cast<size_t>(t) * hp.n_embd,
-                          hp.n_embd);
+        float* x = s.x.data() + static_cast<size_t>(t) * hp.n_embd;
+        if (tok_embd_->packed8) {
+            dequantize_packed_q8_0_row(*tok_embd_, batch.tokens[t], x);
+        } else {
+            ke.dequantize_row(tok_embd_->row(batch.tokens[t]), x, hp.n_embd);
+        }
+        if (hp.embd_scale != 1.0f) vec_scale(x, hp.embd_scale, x, hp.n_embd);
     }
 
     // RoPE tables, computed as ggml does (theta *= theta_scale per pair, in float) so that
     // positions rotate bit-for-bit like llama.cpp's.
+    // Local (sliding-window) layers have their own base, scale 1 and no frequency factors.
     const int half = hp.n_rot / 2;
-    const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
-    for (int t = 0; t < n_tok; ++t) {
-        float theta = static_cast<float>(s.pos[t]);
-        float* cs = s.rope_cos.data() + static_cast<size_t>(t) * half;
-        float* sn = s.rope_sin.data() + static_cast<size_t>(t) * half;
-        for (int i = 0; i < half; ++i) {
-            const float ff = rope_freq_factors_.empty() ? 1.0f : rope_freq_factors_[i];
-            const float th = hp.rope_freq_scale * (theta / ff);
-            cs[i] = std::cos(th);
-            sn[i] = std::sin(th);
-            theta *= theta_scale;
+    const auto rope_table = [&](float base, float freq_scale, const float* factors, float* cos_out, float* sin_out) {
+        const float theta_scale = std::pow(base, -2.0f / static_cast<float>(hp.n_rot));
+        for (int t = 0; t < n_tok; ++t) {
+            float theta = static_cast<float>(s.pos[t]);
+            float* cs = cos_out + static_cast<size_t>(t) * half;
+            float* sn = sin_out + static_cast<size_t>(t) * half;
+            for (int i = 0; i < half; ++i) {
+                const float ff = factors ? factors[i] : 1.0f;
+                const float th = freq_scale * (theta / ff);
+                cs[i] = std::cos(th);
+                sn[i] = std::sin(th);
+                theta *= theta_scale;
+            }
         }
+    };
+    rope_table(hp.rope_freq_base, hp.rope_freq_scale, rope_freq_factors_.empty() ? nullptr : rope_freq_factors_.data(),
+               s.rope_cos.data(), s.rope_sin.data());
+    if (!s.rope_cos_swa.empty()) {
+        rope_table(hp.rope_freq_base_swa, 1.0f, nullptr, s.rope_cos_swa.data(), s.rope_sin_swa.data());
     }
 
     const AttnF16Kernels& fk = attn_f16_kernels();
@@ -700,6 +773,9 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     const int E = hp.n_embd;
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights& L = layers_[il];
+        const bool local = hp.is_swa(il);
+        const float* rope_cos = local ? s.rope_cos_swa.data() : s.rope_cos.data();
+        const float* rope_sin = local ? s.rope_sin_swa.data() : s.rope_sin.data();
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             for (int t = t0; t < t1; ++t) {
                 rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.attn_norm.data(),
@@ -720,13 +796,14 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                     vec_add(k, L.bk.data(), k, hp.kv_dim());
                     vec_add(v, L.bv.data(), v, hp.kv_dim());
                 }
-                const float* cs = s.rope_cos.data() + static_cast<size_t>(t) * half;
-                const float* sn = s.rope_sin.data() + static_cast<size_t>(t) * half;
+                const float* cs = rope_cos + static_cast<size_t>(t) * half;
+                const float* sn = rope_sin + static_cast<size_t>(t) * half;
                 for (int h = 0; h < hp.n_head; ++h) {
                     float* qh = q + h * hp.head_dim;
                     if (!L.q_norm.empty()) rms_norm(qh, L.q_norm.data(), qh, hp.head_dim, hp.rms_eps);
                     rope_head(qh, cs, sn, hp.n_rot, hp.rope_ordering);
                 }
+                if (hp.q_scale != 1.0f) vec_scale(q, hp.q_scale, q, hp.q_dim());
                 for (int h = 0; h < hp.n_head_kv; ++h) {
                     float* kh = k + h * hp.head_dim;
                     if (!L.k_norm.empty()) rms_norm(kh, L.k_norm.data(), kh, hp.head_dim, hp.rms_eps);
@@ -752,7 +829,9 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             for (int t = t0; t < t1; ++t) {
                 float* x = s.x.data() + static_cast<size_t>(t) * E;
-                vec_add(x, s.proj.data() + static_cast<size_t>(t) * E, x, E);
+                float* o = s.proj.data() + static_cast<size_t>(t) * E;
+                if (!L.post_attn_norm.empty()) rms_norm(o, L.post_attn_norm.data(), o, E, hp.rms_eps);
+                vec_add(x, o, x, E);
                 rms_norm(x, L.ffn_norm.data(), s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
             }
         });
@@ -761,12 +840,23 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         matmuls(gate_up, 2, n_tok);
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             const size_t a = static_cast<size_t>(t0) * hp.n_ff;
-            silu_mul(s.gate.data() + a, s.up.data() + a, s.gate.data() + a, static_cast<int64_t>(t1 - t0) * hp.n_ff);
+            const int64_t n = static_cast<int64_t>(t1 - t0) * hp.n_ff;
+            if (traits_.ffn_act == FfnActivation::kGeluTanh) {
+                gelu_tanh_mul(s.gate.data() + a, s.up.data() + a, s.gate.data() + a, n);
+            } else {
+                silu_mul(s.gate.data() + a, s.up.data() + a, s.gate.data() + a, n);
+            }
         });
         const MatJob down[] = {{L.w_down, s.gate.data(), s.proj.data()}};
         matmuls(down, 1, n_tok);
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             const size_t a = static_cast<size_t>(t0) * E;
+            if (!L.post_ffn_norm.empty()) {
+                for (int t = t0; t < t1; ++t) {
+                    float* o = s.proj.data() + static_cast<size_t>(t) * E;
+                    rms_norm(o, L.post_ffn_norm.data(), o, E, hp.rms_eps);
+                }
+            }
             vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
         });
     }
@@ -783,6 +873,12 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     if (n_rows > 0) {
         const MatJob out[] = {{output_, s.xn.data(), logits.data()}};
         matmuls(out, 1, n_rows);
+        if (hp.final_logit_softcap > 0) {  // as ggml: scale by 1/c, tanh, scale by c
+            const float c = hp.final_logit_softcap, inv_c = 1.0f / c;
+            for (size_t i = 0; i < static_cast<size_t>(n_rows) * hp.n_vocab; ++i) {
+                logits[i] = c * std::tanh(logits[i] * inv_c);
+            }
+        }
     }
     return Status::ok();
 }

@@ -20,12 +20,23 @@
 
 namespace ferrox {
 
+enum class FfnActivation {
+    kSilu,      // SwiGLU: silu(gate) * up
+    kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma)
+};
+
 // What differs between architectures of the family; each architecture file fills one in.
 struct ArchTraits {
     const char* name;
     RopeOrdering rope_ordering;
     bool qkv_bias;  // qwen2
-    bool qk_norm;   // qwen3: RMSNorm over each head of Q and K before RoPE
+    bool qk_norm;   // qwen3, gemma3: RMSNorm over each head of Q and K before RoPE
+    // gemma3: RMSNorm (post_attention_norm, post_ffw_norm) of the attention and FFN outputs
+    // before each residual add.
+    bool post_norms = false;
+    FfnActivation ffn_act = FfnActivation::kSilu;
+    // The architecture's own metadata, read after the family's keys (null: none).
+    Status (*read_hparams)(const GgufFile& f, ModelHParams* hp) = nullptr;
 };
 
 struct LayerWeights {
@@ -40,6 +51,7 @@ struct LayerWeights {
     std::vector<float> ffn_norm;   // (n_embd)
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
     std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
+    std::vector<float> post_attn_norm, post_ffn_norm;  // (n_embd); empty unless post_norms
 };
 
 // One sequence's share of a batch: tokens [i_begin, i_begin + n_tokens) of Batch::tokens
@@ -137,7 +149,8 @@ private:
     std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
 };
 
-// Architecture files register their traits here (llama.cc, mistral.cc, qwen2.cc, qwen3.cc).
+// Architecture files register their traits here (arch_llama.cc, arch_mistral.cc, arch_qwen2.cc,
+// arch_qwen3.cc, arch_gemma3.cc).
 const ArchTraits* find_arch(const std::string& name);
 
 }  // namespace ferrox

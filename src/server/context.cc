@@ -5,9 +5,24 @@
 
 namespace ferrox {
 
-bool ServerContext::acquire(const std::string& name, ModelLease* out, ApiError* err) const {
-    auto m = registry->acquire(name);
+bool ServerContext::acquire(const std::string& name, ModelLease* out, ApiError* err, ModelUse use) const {
+    auto m = registry->acquire(name, use == ModelUse::kEmbed ? ModelKind::kEmbed : ModelKind::kGenerate);
     if (m.has_value()) {
+        const ModelInfo& info = (*m)->info();
+        if (use == ModelUse::kGenerate && info.kind == ModelKind::kEmbed) {
+            *err = bad_param("model", "The model '" + info.id +
+                                          "' is an embedding model: it serves /v1/embeddings (and /embedding), "
+                                          "not text generation.");
+            err->code = "model_not_supported";
+            return false;
+        }
+        if (use == ModelUse::kEmbed && info.kind != ModelKind::kEmbed) {
+            *err = bad_param("model", "The model '" + info.id +
+                                          "' is a text generation model, not an embedding model: /v1/embeddings "
+                                          "needs an encoder checkpoint (such as all-MiniLM-L6-v2).");
+            err->code = "model_not_supported";
+            return false;
+        }
         *out = std::move(*m);
         return true;
     }

@@ -22,6 +22,14 @@ class ResponseStore;
 
 enum class ReasoningField { kReasoningContent, kReasoning, kBoth };
 
+// What a route does with the model it acquires: the one check that keeps embedding models off
+// the generating routes, and generation models off /v1/embeddings, is in acquire().
+enum class ModelUse {
+    kGenerate,  // chat, completions, messages, responses, /completion, /apply-template
+    kEmbed,     // /v1/embeddings, /embedding
+    kAny,       // /tokenize, /detokenize, /props: any kind ("" still prefers a generator)
+};
+
 struct ApiServerOptions {
     HttpServerOptions http;
     std::vector<std::string> api_keys;  // empty: no authentication
@@ -49,9 +57,11 @@ struct ServerContext {
     std::shared_ptr<ModelRegistry> registry;
     std::unique_ptr<AccessLog> access_log;
 
-    // The model a request names ("" : the default), once per request; false with a 404
-    // model_not_found (or a 503 while it loads) in *err.
-    bool acquire(const std::string& name, ModelLease* out, ApiError* err) const;
+    // The model a request names ("" : the first of the kind `use` needs), once per request;
+    // false with a 404 model_not_found (or a 503 while it loads) in *err, or a 400
+    // (model_not_supported) when the model is of the other kind.
+    bool acquire(const std::string& name, ModelLease* out, ApiError* err,
+                 ModelUse use = ModelUse::kGenerate) const;
     // The models served, for /v1/models.
     std::vector<ModelLease> models() const { return registry->ready(); }
     bool ready() const { return registry->any_ready(); }

@@ -142,6 +142,46 @@ TEST_P(OpsTest, DotF32) {
     }
 }
 
+TEST_P(OpsTest, GemmF32OddShapes) {
+    // (m, n, k) with tails in every dimension of the 4 x 3 x 8 tiles, and padded strides.
+    const int64_t shapes[][3] = {{1, 1, 1}, {1, 5, 7}, {4, 3, 8}, {5, 7, 9}, {13, 11, 384}, {9, 100, 33}};
+    for (const auto& sh : shapes) {
+        const int64_t m = sh[0], n = sh[1], k = sh[2];
+        SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
+        const int64_t lda = k + 3, ldw = k + 1, ldc = n + 2;
+        const auto a = random_row(m * lda, 11);
+        const auto w = random_row(n * ldw, 12);
+        std::vector<float> c(static_cast<size_t>(m * ldc), -7.0f);
+        gemm_f32(a.data(), lda, w.data(), ldw, c.data(), ldc, m, n, k);
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+                double ref = 0, mag = 0;
+                for (int64_t t = 0; t < k; ++t) {
+                    ref += static_cast<double>(a[i * lda + t]) * w[j * ldw + t];
+                    mag += std::fabs(static_cast<double>(a[i * lda + t]) * w[j * ldw + t]);
+                }
+                EXPECT_NEAR(c[i * ldc + j], ref, 1e-5 * mag + 1e-6) << i << "," << j;
+            }
+            for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], -7.0f) << "padding written";
+        }
+    }
+}
+
+TEST_P(OpsTest, GeluErf) {
+    for (int64_t n : kLengths) {
+        SCOPED_TRACE(n);
+        auto x = random_row(n, 5, 12.0f);
+        if (n > 3) x[0] = 0.0f, x[1] = -30.0f, x[2] = 30.0f;
+        std::vector<float> y(static_cast<size_t>(n));
+        gelu_erf(x.data(), y.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const double v = x[i];
+            const double ref = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+            EXPECT_NEAR(y[i], ref, 3e-7 * std::max(1.0, std::fabs(v))) << "x=" << v;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, OpsTest, ::testing::ValuesIn(kernel_test::all_isas()),
                          [](const auto& info) { return info.param; });
 

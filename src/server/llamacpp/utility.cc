@@ -20,7 +20,7 @@ void route_tokenize(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kLlamaCpp, e); };
     ModelLease m;
     std::string name, content;
-    if (!f.string("model", &name, &err) || !ctx.acquire(name, &m, &err)) return fail(err);
+    if (!f.string("model", &name, &err) || !ctx.acquire(name, &m, &err, ModelUse::kAny)) return fail(err);
     const json* c = f.find("content");
     if (!c || !c->is_string()) return fail(bad_param("content", "'content' must be a string."));
     bool add_special = false, parse_special = true, with_pieces = false;
@@ -44,7 +44,7 @@ void route_detokenize(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kLlamaCpp, e); };
     ModelLease m;
     std::string name;
-    if (!f.string("model", &name, &err) || !ctx.acquire(name, &m, &err)) return fail(err);
+    if (!f.string("model", &name, &err) || !ctx.acquire(name, &m, &err, ModelUse::kAny)) return fail(err);
     const json* t = f.find("tokens");
     if (!t || !t->is_array()) return fail(bad_param("tokens", "'tokens' must be an array of token ids."));
     std::vector<int32_t> ids;
@@ -70,7 +70,7 @@ void route_apply_template(ServerContext& ctx, RouteRequest& req, std::shared_ptr
 void route_props(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
     ModelLease m;
     ApiError err;
-    if (!ctx.acquire("", &m, &err)) return Router::send_error(*res, Protocol::kLlamaCpp, err);
+    if (!ctx.acquire("", &m, &err, ModelUse::kAny)) return Router::send_error(*res, Protocol::kLlamaCpp, err);
     const ModelInfo& info = m->info();
     json params = {{"n_predict", ctx.opts.default_max_tokens}, {"temperature", 0.8}, {"top_k", 40},
                    {"top_p", 0.95}, {"min_p", 0.05}, {"seed", -1}, {"cache_prompt", info.prefix_cache}};

@@ -42,10 +42,15 @@ void route_models(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
         json model = {{"id", info.id}, {"object", "model"}, {"created", info.created}, {"owned_by", "ferrox"}};
         model["meta"] = {{"n_ctx", info.n_ctx},     {"n_ctx_train", info.n_ctx_train},
                          {"n_vocab", info.n_vocab}, {"n_embd", info.n_embd},
-                         {"n_layer", info.n_layer}, {"architecture", info.arch}};
+                         {"n_layer", info.n_layer}, {"architecture", info.arch},
+                         {"kind", model_kind_name(info.kind)}};
+        if (info.kind == ModelKind::kEmbed) {
+            model["meta"]["pooling"] = info.pooling;
+            model["meta"]["normalize"] = info.normalize;
+        }
         data.push_back(model);
         // llama-server's extra list (Codex and some UIs read it).
-        names.push_back({{"name", info.id}, {"model", info.id}, {"type", "model"}, {"capabilities", {"completion"}}});
+        names.push_back({{"name", info.id}, {"model", info.id}, {"type", "model"}, {"capabilities", {info.kind == ModelKind::kEmbed ? "embedding" : "completion"}}});
     }
     res->send(200, dump(json{{"object", "list"}, {"data", data}, {"models", names}}));
 }
@@ -55,6 +60,7 @@ void route_models(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
 void add_openai_routes(Router& router, ServerContext& ctx) {
     add_chat_routes(router, ctx);
     add_completions_routes(router, ctx);
+    add_embeddings_routes(router, ctx);
     for (const char* path : {"/v1/models", "/models"}) {
         router.add({.method = "GET",
                     .path = path,

@@ -18,6 +18,8 @@ struct GenerationJob;
 
 void add_openai_routes(Router& router, ServerContext& ctx);
 void add_responses_routes(Router& router, ServerContext& ctx);
+// POST /v1/embeddings (and /embeddings), and llama.cpp's POST /embedding on the same code.
+void add_embeddings_routes(Router& router, ServerContext& ctx);
 
 // Chat Completions' messages / tools / tool_choice / parallel_tool_calls / chat_template_kwargs
 // into a Conversation. Errors name the field (messages[2].tool_calls[0].function.arguments).

@@ -1,0 +1,83 @@
+// gemma3 (Gemma 3 text decoders, llama.cpp's GGUF conversion):
+// - token embeddings multiplied by sqrt(n_embd); output tied to them unless output.weight;
+// - RMSNorm weights used as stored: the converter already added Gemma's "1 +" to every
+//   *norm.weight (Gemma3RMSNorm computes x * (1 + w));
+// - pre- and post-norms around attention and FFN (post_attention_norm, post_ffw_norm, applied
+//   to the block's output before its residual add), QK norm per head, NeoX RoPE;
+// - Q scaled after RoPE by 1 / sqrt(query_pre_attn_scalar) and Q·K left unscaled: the GGUF has
+//   no key for the scalar, so attention.scale if present, else llama.cpp's rule
+//   (head_dim, or n_embd / n_head for the 62-layer 27B);
+// - GeGLU with the tanh GELU;
+// - sliding-window attention (attention.sliding_window positions, itself included) on the
+//   local layers; attention.sliding_window_pattern (an int n: every n-th layer global, default
+//   6; or a per-layer bool array) says which; local layers use rope.freq_base_swa (default
+//   10000, scale 1), global ones rope.freq_base and the rope scaling;
+// - final_logit_softcapping when present (none in Gemma 3's released checkpoints).
+#include <cmath>
+
+#include "model/model.h"
+
+namespace ferrox {
+
+namespace {
+
+Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
+    const std::string p = hp->arch + ".";
+    hp->embd_scale = std::sqrt(static_cast<float>(hp->n_embd));
+    FERROX_RETURN_IF_ERROR(read_hparam_int(f, p + "attention.sliding_window", false, 0, 1 << 26, &hp->n_swa));
+    if (hp->n_swa > 0) {
+        hp->swa_layers.assign(hp->n_layer, 0);
+        const std::string key = p + "attention.sliding_window_pattern";
+        const GgufValue* pattern = f.find(key);
+        if (pattern && pattern->is_array()) {  // one bool per layer: true = local
+            const std::vector<GgufValue>& entries = *pattern->as_array();
+            if (static_cast<int>(entries.size()) != hp->n_layer) {
+                return f.error(key + " has " + std::to_string(entries.size()) + " entries for " +
+                               std::to_string(hp->n_layer) + " layers");
+            }
+            for (int il = 0; il < hp->n_layer; ++il) {
+                const auto v = entries[il].as_int();  // bools read as 0/1
+                if (!v) return f.error(key + " is not an array of bools");
+                hp->swa_layers[il] = *v != 0;
+            }
+        } else {
+            int n_pattern = 6;
+            FERROX_RETURN_IF_ERROR(read_hparam_int(f, key, false, 0, 4096, &n_pattern));
+            for (int il = 0; il < hp->n_layer; ++il) {
+                hp->swa_layers[il] = n_pattern == 0 || il % n_pattern < n_pattern - 1;
+            }
+        }
+        FERROX_ASSIGN_OR_RETURN(auto base_swa, f.get_float(p + "rope.freq_base_swa"));
+        if (base_swa) {
+            if (!(*base_swa > 1)) return f.error("rope.freq_base_swa must be > 1");
+            hp->rope_freq_base_swa = static_cast<float>(*base_swa);
+        }
+    }
+    FERROX_ASSIGN_OR_RETURN(auto scale, f.get_float(p + "attention.scale"));
+    if (scale) {
+        if (!(*scale > 0)) return f.error("attention.scale must be > 0");
+        hp->q_scale = static_cast<float>(*scale);
+    } else {
+        const int d = hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim;
+        hp->q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+    }
+    hp->kq_scale = 1.0f;
+    FERROX_ASSIGN_OR_RETURN(auto cap, f.get_float(p + "final_logit_softcapping"));
+    if (cap) {
+        if (!(*cap >= 0)) return f.error("final_logit_softcapping must be >= 0");
+        hp->final_logit_softcap = static_cast<float>(*cap);
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+extern const ArchTraits kArchGemma3 = {.name = "gemma3",
+                                       .rope_ordering = RopeOrdering::kNeox,
+                                       .qkv_bias = false,
+                                       .qk_norm = true,
+                                       .post_norms = true,
+                                       .ffn_act = FfnActivation::kGeluTanh,
+                                       .read_hparams = read_gemma3_hparams};
+
+}  // namespace ferrox
