@@ -137,7 +137,9 @@ TEST_F(Gemma3, Greedy64TokensMatchLlamaCpp) {
     const auto& prompts = (*golden_)["prompts"];
     const int n_seq = static_cast<int>(prompts.size());
     const int n_vocab = model_->n_vocab();
-    KvPool kv(model_->kv_geometry(64), n_seq * kMaxCtx / 64);
+    int n_blocks = 0;
+    for (const auto& p : prompts) n_blocks += (static_cast<int>(p["ids"].size()) + 64 + 63) / 64;
+    KvPool kv(model_->kv_geometry(64), n_blocks);
     std::vector<std::unique_ptr<SeqKv>> seqs;
     std::vector<std::vector<int32_t>> want(n_seq);
     std::vector<std::vector<float>> margins(n_seq);
