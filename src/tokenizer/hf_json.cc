@@ -1,12 +1,16 @@
 // HF tokenizer.json (+ tokenizer_config.json) -> VocabSpec.
-// Supported: models BPE (byte-level or SentencePiece-style with byte fallback) and WordPiece;
-// normalizers NFC, Prepend/Replace (llama2), BertNormalizer; pre-tokenizers Split (regex or
-// string, Isolated), ByteLevel, Digits, Punctuation, BertPreTokenizer. Anything else is
-// reported as unimplemented rather than silently tokenized differently.
+// Two routes. The fast path fills VocabSpec's own fields and runs Tokenizer's GGUF-shaped
+// encoders; it is taken only when legacy_exact() finds every component to be one that path
+// reproduces exactly (byte-level BPE as GPT-2/llama3/qwen, llama2-style SentencePiece BPE, BERT
+// WordPiece). Everything else goes through HfPipeline (hf_pipeline.h), which implements the
+// remaining components or rejects them with a one-line error naming the component.
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "core/mmap_file.h"
+#include "tokenizer/hf_pipeline.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -118,7 +122,196 @@ std::string config_token(const json& cfg, const char* key) {
     return {};
 }
 
+json field(const json& j, const char* key) { return j.contains(key) ? j.at(key) : json(); }
+
+bool is_null_or_empty(const json& j, const char* key) {
+    const json v = field(j, key);
+    return v.is_null() || (v.is_string() && v.get<std::string>().empty());
+}
+
+// The pre-tokenizers the fast path reproduces: Split(Isolated), ByteLevel without a prefix
+// space, Digits, Punctuation(Isolated/Contiguous), in any Sequence.
+bool legacy_pre_ok(const json& p, bool& byte_level) {
+    if (p.is_null()) return true;
+    const std::string type = p.value("type", "");
+    if (type == "Sequence") {
+        for (const json& q : p.at("pretokenizers")) {
+            if (!legacy_pre_ok(q, byte_level)) return false;
+        }
+        return true;
+    }
+    if (type == "Split") return p.value("behavior", "") == "Isolated" && !p.value("invert", false);
+    if (type == "ByteLevel") {
+        byte_level = true;
+        return !p.value("add_prefix_space", true);
+    }
+    if (type == "Digits") return true;
+    if (type == "Punctuation") {
+        const std::string b = p.value("behavior", "Isolated");
+        return b == "Isolated" || b == "Contiguous";
+    }
+    return false;
+}
+
+bool is_type(const json& j, const char* type) {
+    return j.is_object() && j.value("type", "") == type;
+}
+
+// A TemplateProcessing whose single template is [one special] $A [one special] (each side
+// optional unless `before`/`after` names it), each special a single id: what the fast path's
+// bos/eos (cls/sep) express.
+bool simple_template(const json& post, const std::string& before, const std::string& after) {
+    if (!is_type(post, "TemplateProcessing")) return false;
+    const json& single = post.at("single");
+    const json& special = post.at("special_tokens");
+    std::vector<std::string> pre, post_names;
+    bool seen = false;
+    for (const json& item : single) {
+        if (item.contains("Sequence")) {
+            if (seen) return false;
+            seen = true;
+            continue;
+        }
+        const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+        if (!special.contains(name) || special.at(name).at("ids").size() != 1) return false;
+        (seen ? post_names : pre).push_back(name);
+    }
+    if (!seen || pre.size() > 1 || post_names.size() > 1) return false;
+    if (!before.empty() && (pre.size() != 1 || pre[0] != before)) return false;
+    if (!after.empty() && (post_names.size() != 1 || post_names[0] != after)) return false;
+    return true;
+}
+
+// llama2's decoder: Replace("▁", " "), ByteFallback, Fuse, Strip(" ", 1, 0).
+bool is_llama2_decoder(const json& d) {
+    if (!is_type(d, "Sequence")) return false;
+    const json& ds = d.at("decoders");
+    return ds.size() == 4 && is_type(ds[0], "Replace") &&
+           ds[0].at("pattern").value("String", "") == "\xE2\x96\x81" &&
+           ds[0].value("content", "") == " " && is_type(ds[1], "ByteFallback") &&
+           is_type(ds[2], "Fuse") && is_type(ds[3], "Strip") && ds[3].value("start", 0) == 1 &&
+           ds[3].value("stop", 0) == 0;
+}
+
+// llama2's normalizer: Prepend("▁") then Replace(" ", "▁").
+bool is_llama2_normalizer(const json& n) {
+    if (!is_type(n, "Sequence")) return false;
+    const json& ns = n.at("normalizers");
+    return ns.size() == 2 && is_type(ns[0], "Prepend") &&
+           ns[0].value("prepend", "") == "\xE2\x96\x81" && is_type(ns[1], "Replace") &&
+           ns[1].at("pattern").value("String", "") == " " &&
+           ns[1].value("content", "") == "\xE2\x96\x81";
+}
+
+// Whether the fast path gives exactly HF's ids for this file (see the file comment).
+bool legacy_exact(const json& tj) {
+    const json model = field(tj, "model");
+    const json norm = field(tj, "normalizer");
+    const json pre = field(tj, "pre_tokenizer");
+    const json dec = field(tj, "decoder");
+    const json post = field(tj, "post_processor");
+    const json added = field(tj, "added_tokens");
+    const std::string mtype = model.value("type", "");
+    for (const json& a : added) {
+        if (a.value("single_word", false)) return false;
+        const bool special = a.value("special", false);
+        if (!norm.is_null() && a.value("normalized", !special) && !special) return false;
+    }
+    if (mtype == "BPE") {
+        if (!field(model, "dropout").is_null() ||
+            !is_null_or_empty(model, "continuing_subword_prefix") ||
+            !is_null_or_empty(model, "end_of_word_suffix")) {
+            return false;
+        }
+        bool byte_level = false;
+        if (!legacy_pre_ok(pre, byte_level)) return false;
+        if (!post.is_null() && !simple_template(post, "", "") && !is_type(post, "ByteLevel")) {
+            return false;
+        }
+        if (byte_level) {
+            return (norm.is_null() || is_type(norm, "NFC")) && is_type(dec, "ByteLevel");
+        }
+        return is_llama2_normalizer(norm) && pre.is_null() && is_llama2_decoder(dec) &&
+               model.value("fuse_unk", false) && model.value("byte_fallback", false);
+    }
+    if (mtype == "WordPiece") {
+        return is_type(norm, "BertNormalizer") && norm.value("clean_text", true) &&
+               norm.value("handle_chinese_chars", true) && is_type(pre, "BertPreTokenizer") &&
+               model.value("continuing_subword_prefix", "##") == "##" &&
+               is_type(dec, "WordPiece") &&
+               (is_type(post, "BertProcessing") || simple_template(post, "[CLS]", "[SEP]"));
+    }
+    return false;
+}
+
+// tokenizer_config.json's special tokens and flags, over what tokenizer.json said.
+void apply_config(const json& cfg, const std::function<int32_t(const std::string&)>& id_of,
+                  VocabSpec& spec) {
+    if (!cfg.is_null()) {
+        if (const std::string b = config_token(cfg, "bos_token"); !b.empty())
+            spec.bos_id = id_of(b);
+        if (const std::string e = config_token(cfg, "eos_token"); !e.empty())
+            spec.eos_id = id_of(e);
+        if (const std::string p = config_token(cfg, "pad_token"); !p.empty())
+            spec.pad_id = id_of(p);
+        if (const std::string u = config_token(cfg, "unk_token"); !u.empty())
+            spec.unk_id = id_of(u);
+        if (cfg.contains("add_bos_token") && cfg.at("add_bos_token").is_boolean()) {
+            spec.add_bos = cfg.at("add_bos_token").get<bool>();
+        }
+        if (cfg.contains("add_eos_token") && cfg.at("add_eos_token").is_boolean()) {
+            spec.add_eos = cfg.at("add_eos_token").get<bool>();
+        }
+        if (cfg.contains("clean_up_tokenization_spaces") &&
+            cfg.at("clean_up_tokenization_spaces").is_boolean()) {
+            spec.clean_spaces = cfg.at("clean_up_tokenization_spaces").get<bool>();
+        }
+    }
+    if (spec.add_bos && spec.bos_id < 0) spec.add_bos = false;
+    if (spec.add_eos && spec.eos_id < 0) spec.add_eos = false;
+}
+
+// Every file the fast path does not reproduce exactly.
+Expected<VocabSpec> build_pipeline_spec(const json& tj, const json& cfg) {
+    FERROX_ASSIGN_OR_RETURN(std::shared_ptr<const HfPipeline> p, HfPipeline::from_json(tj));
+    VocabSpec spec;
+    spec.kind = p->kind();
+    spec.tokens = p->tokens();
+    spec.token_types = p->token_types();
+    if (spec.kind == VocabKind::kSpm) spec.scores = p->scores();
+    spec.unk_id = p->unk_id();
+    spec.pre = "none";
+    spec.hf_pipeline = p;
+    std::unordered_map<std::string, int32_t> ids;
+    for (size_t i = spec.tokens.size(); i-- > 0;) ids[spec.tokens[i]] = static_cast<int32_t>(i);
+    auto id_of = [&](const std::string& t) -> int32_t {
+        auto it = ids.find(t);
+        return it == ids.end() ? -1 : it->second;
+    };
+    // The post-processor's tokens around an empty sequence: BOS(CLS) ... EOS(SEP).
+    std::vector<int32_t> with;
+    p->encode("", true, true, with);
+    if (spec.kind == VocabKind::kWpm) {
+        spec.cls_id = id_of("[CLS]");
+        spec.sep_id = id_of("[SEP]");
+        spec.mask_id = id_of("[MASK]");
+        spec.pad_id = id_of("[PAD]");
+    }
+    if (!with.empty()) {
+        spec.bos_id = with.front();
+        spec.add_bos = true;
+        if (with.size() > 1) {
+            spec.eos_id = with.back();
+            spec.add_eos = true;
+        }
+    }
+    // Informational only: the pipeline's post-processor decides what encode adds.
+    apply_config(cfg, id_of, spec);
+    return spec;
+}
+
 Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
+    if (!legacy_exact(tj)) return build_pipeline_spec(tj, cfg);
     VocabSpec spec;
     const json& model = tj.at("model");
     const std::string mtype = model.value("type", "");
@@ -256,28 +449,7 @@ Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
             spec.add_eos = spec.eos_id >= 0;
         }
     }
-    if (!cfg.is_null()) {
-        if (const std::string b = config_token(cfg, "bos_token"); !b.empty())
-            spec.bos_id = id_of(b);
-        if (const std::string e = config_token(cfg, "eos_token"); !e.empty())
-            spec.eos_id = id_of(e);
-        if (const std::string p = config_token(cfg, "pad_token"); !p.empty())
-            spec.pad_id = id_of(p);
-        if (const std::string u = config_token(cfg, "unk_token"); !u.empty())
-            spec.unk_id = id_of(u);
-        if (cfg.contains("add_bos_token") && cfg.at("add_bos_token").is_boolean()) {
-            spec.add_bos = cfg.at("add_bos_token").get<bool>();
-        }
-        if (cfg.contains("add_eos_token") && cfg.at("add_eos_token").is_boolean()) {
-            spec.add_eos = cfg.at("add_eos_token").get<bool>();
-        }
-        if (cfg.contains("clean_up_tokenization_spaces") &&
-            cfg.at("clean_up_tokenization_spaces").is_boolean()) {
-            spec.clean_spaces = cfg.at("clean_up_tokenization_spaces").get<bool>();
-        }
-    }
-    if (spec.add_bos && spec.bos_id < 0) spec.add_bos = false;
-    if (spec.add_eos && spec.eos_id < 0) spec.add_eos = false;
+    apply_config(cfg, id_of, spec);
     return spec;
 }
 

@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "tokenizer/hf_pipeline.h"
 #include "tokenizer/regex_split.h"
 #include "tokenizer/unicode.h"
 
@@ -205,7 +206,7 @@ Status Tokenizer::Impl::build() {
         }
     }
 
-    if (spec.kind == VocabKind::kBpe) {
+    if (spec.kind == VocabKind::kBpe && !spec.hf_pipeline) {
         merges.reserve(spec.merges.size() * 2);
         std::string joined;
         for (size_t r = 0; r < spec.merges.size(); ++r) {
@@ -236,6 +237,7 @@ Status Tokenizer::Impl::build() {
 }
 
 std::string Tokenizer::Impl::make_piece(int32_t id) const {
+    if (spec.hf_pipeline) return spec.hf_pipeline->piece(id);
     const std::string& text = spec.tokens[id];
     const TokenType t = types[id];
     switch (t) {
@@ -629,6 +631,10 @@ void Tokenizer::encode_into(std::string_view text, bool add_special, bool parse_
                             std::vector<int32_t>& out) const {
     const Impl& m = *impl_;
     const VocabSpec& s = m.spec;
+    if (s.hf_pipeline) {
+        s.hf_pipeline->encode(text, add_special, parse_special, out);
+        return;
+    }
     std::vector<Fragment> frags;
     if (!text.empty()) m.partition(text, parse_special, frags);
 
@@ -741,6 +747,11 @@ void clean_up_spaces(std::string& t) {
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions& o) const {
     const VocabSpec& s = impl_->spec;
+    if (s.hf_pipeline) {
+        // HF's decode; remove_special drops every special added token.
+        if (o.remove_special || !o.special) return s.hf_pipeline->decode(ids, true);
+        return s.hf_pipeline->decode(ids, false);
+    }
     bool remove_space = o.strip_leading_space && s.add_space_prefix;
     if (o.remove_special && s.add_bos && !ids.empty() && ids.front() == s.bos_id) {
         remove_space = false;

@@ -4,10 +4,12 @@
 #include <array>
 
 #include "tokenizer/unicode_data.h"
+#include "tokenizer/unicode_extra_data.h"
 
 namespace ferrox {
 
 namespace ud = unicode_data;
+namespace uxd = unicode_extra_data;
 
 UnicodeCategory unicode_category(uint32_t cp) {
     // Binary search over sorted, disjoint ranges.
@@ -221,11 +223,10 @@ uint32_t compose_pair(uint32_t a, uint32_t b) {
 
 }  // namespace
 
-std::u32string unicode_nfd(std::u32string_view s) {
-    std::u32string out;
-    out.reserve(s.size() + 8);
-    for (char32_t c : s) decompose(c, out);
-    // Canonical ordering: stable sort of each run of non-starters by combining class.
+namespace {
+
+// Canonical ordering: stable sort of each run of non-starters by combining class.
+void canonical_order(std::u32string& out) {
     size_t i = 0;
     while (i < out.size()) {
         if (unicode_ccc(out[i]) == 0) {
@@ -238,11 +239,18 @@ std::u32string unicode_nfd(std::u32string_view s) {
                          [](char32_t x, char32_t y) { return unicode_ccc(x) < unicode_ccc(y); });
         i = j;
     }
-    return out;
 }
 
-std::u32string unicode_nfc(std::u32string_view s) {
-    std::u32string d = unicode_nfd(s);
+const uxd::CompatEntry* find_compat(uint32_t cp) {
+    const uxd::CompatEntry* begin = uxd::kCompat;
+    const uxd::CompatEntry* end = begin + uxd::kNumCompat;
+    const uxd::CompatEntry* it = std::lower_bound(
+        begin, end, cp, [](const uxd::CompatEntry& e, uint32_t v) { return e.cp < v; });
+    return (it != end && it->cp == cp) ? it : nullptr;
+}
+
+// Canonical composition of a decomposed, canonically ordered string.
+std::u32string compose(const std::u32string& d) {
     if (d.empty()) return d;
     std::u32string out;
     out.reserve(d.size());
@@ -271,6 +279,49 @@ std::u32string unicode_nfc(std::u32string_view s) {
     }
     return out;
 }
+
+}  // namespace
+
+std::u32string unicode_nfd(std::u32string_view s) {
+    std::u32string out;
+    out.reserve(s.size() + 8);
+    for (char32_t c : s) decompose(c, out);
+    canonical_order(out);
+    return out;
+}
+
+std::u32string unicode_nfc(std::u32string_view s) { return compose(unicode_nfd(s)); }
+
+std::u32string unicode_nfkd(std::u32string_view s) {
+    std::u32string out;
+    out.reserve(s.size() + 8);
+    for (char32_t c : s) {
+        const uxd::CompatEntry* e = c < 0xA0 ? nullptr : find_compat(c);
+        if (e) {
+            out.append(reinterpret_cast<const char32_t*>(uxd::kCompatSeq + e->offset), e->len);
+        } else {
+            decompose(c, out);
+        }
+    }
+    canonical_order(out);
+    return out;
+}
+
+std::u32string unicode_nfkc(std::u32string_view s) { return compose(unicode_nfkd(s)); }
+
+int32_t unicode_script(uint32_t cp) {
+    const uxd::ScriptRange* begin = uxd::kScriptRanges;
+    const uxd::ScriptRange* end = begin + uxd::kNumScriptRanges;
+    const uxd::ScriptRange* it = std::upper_bound(
+        begin, end, cp, [](uint32_t v, const uxd::ScriptRange& r) { return v < r.first; });
+    if (it == begin) return -1;
+    --it;
+    return cp <= it->last ? it->script : -1;
+}
+
+int32_t unicode_script_han() { return uxd::kScriptHan; }
+int32_t unicode_script_hiragana() { return uxd::kScriptHiragana; }
+int32_t unicode_script_katakana() { return uxd::kScriptKatakana; }
 
 std::string utf8_nfc(std::string_view s) {
     bool ascii = true;

@@ -77,6 +77,15 @@ std::string u32_to_utf8(std::u32string_view s);
 // Canonical decomposition / composition of a whole string.
 std::u32string unicode_nfd(std::u32string_view s);
 std::u32string unicode_nfc(std::u32string_view s);
+// Compatibility decomposition / composition (NFKD, NFKC).
+std::u32string unicode_nfkd(std::u32string_view s);
+std::u32string unicode_nfkc(std::u32string_view s);
+// The Unicode Script property as an opaque id (-1: Unknown), and the ids of Han, Hiragana
+// and Katakana (HF's UnicodeScripts pre-tokenizer treats the three alike).
+int32_t unicode_script(uint32_t cp);
+int32_t unicode_script_han();
+int32_t unicode_script_hiragana();
+int32_t unicode_script_katakana();
 // NFC of UTF-8 text; returns the input unchanged (no table work) when it is all ASCII.
 std::string utf8_nfc(std::string_view s);
 

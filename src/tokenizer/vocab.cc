@@ -228,6 +228,7 @@ Status vocab_validate(const VocabSpec& spec) {
     if (spec.add_bos && spec.bos_id < 0) return invalid_argument("vocab: add_bos without a bos id");
     if (spec.add_eos && spec.eos_id < 0)
         return invalid_argument("vocab: add_eos without an eos id");
+    if (spec.hf_pipeline) return Status::ok();  // the pipeline checked its own model
     if (spec.kind == VocabKind::kSpm && spec.scores.empty()) {
         return invalid_argument("vocab: SentencePiece vocab without scores");
     }

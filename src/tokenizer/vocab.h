@@ -4,12 +4,15 @@
 // to Tokenizer::create(), which validates it.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 
 namespace ferrox {
+
+class HfPipeline;  // tokenizer/hf_pipeline.h
 
 // tokenizer.ggml.model
 enum class VocabKind {
@@ -89,6 +92,10 @@ struct VocabSpec {
     bool strip_accents = true;
     // WordPiece: HF's limit; longer words become [UNK]. 0 = no limit (llama.cpp).
     int32_t max_input_chars_per_word = 100;
+    // HF tokenizer.json whose components the fields above cannot express: when set, encode
+    // and decode run this pipeline (tokens/types/special ids above still describe the vocab;
+    // kind, merges, pre and normalizer are then informational only).
+    std::shared_ptr<const HfPipeline> hf_pipeline;
 };
 
 // Canonical name for a pre-tokenizer alias ("llama3" -> "llama-bpe"); empty if unknown.

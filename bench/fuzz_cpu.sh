@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer target of build-fuzz until it has used CPU_SECONDS of CPU time (not wall
+# time: the machine is shared), at nice 19, then interrupts it so it prints its final stats.
+# Usage: bench/fuzz_cpu.sh NAME SEEDS_DIR [CPU_SECONDS=1800]
+#   NAME: jinja gguf output_parser tokenizer http safetensors; SEEDS_DIR: its committed corpus.
+# Output: build-fuzz/fuzzing/NAME.log (the last lines hold executions, cov and ft).
+set -euo pipefail
+cd "$(dirname "$0")/../build-fuzz"
+name=$1 seeds=$2 budget=${3:-1800}
+mkdir -p fuzzing/corpus-$name fuzzing/artifacts-$name
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  nice -n 19 bin/${name}_fuzzer -timeout=60 -print_final_stats=1 -artifact_prefix=fuzzing/artifacts-$name/ \
+  fuzzing/corpus-$name "$seeds" > fuzzing/$name.log 2>&1 &
+pid=$!
+tick=$(getconf CLK_TCK)
+while kill -0 $pid 2>/dev/null; do
+  sleep 10
+  read -r -a st < /proc/$pid/stat 2>/dev/null || break
+  cpu=$(( (st[13] + st[14]) / tick ))
+  if [ "$cpu" -ge "$budget" ]; then kill -INT $pid; break; fi
+done
+wait $pid || true
+echo "$name: $(grep -E '^#[0-9]+.*(DONE|INTERRUPTED|pulse|NEW|REDUCE)' fuzzing/$name.log | tail -1)"
+grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' fuzzing/$name.log || true

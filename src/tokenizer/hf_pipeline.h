@@ -1,0 +1,58 @@
+#pragma once
+// HfPipeline: HF `tokenizers`' encode/decode pipeline, built from a parsed tokenizer.json:
+// added tokens -> normalizer -> pre-tokenizer -> model (BPE, WordPiece, Unigram) ->
+// post-processor, and the decoder chain for ids -> text. Used by Tokenizer for every
+// tokenizer.json the GGUF-shaped fast path (VocabSpec fields alone) cannot represent exactly.
+//
+// Every component and option of tokenizer.json is either implemented with HF's semantics or
+// rejected by from_json() with a one-line error naming it; nothing is ignored silently, except
+// the batch settings `truncation` and `padding` (encode never truncates or pads) and
+// TemplateProcessing's `pair` template (encode takes one sequence).
+//
+// Threading: immutable after from_json(); encode/decode may run on many threads at once.
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/vocab.h"
+
+namespace ferrox {
+
+class HfPipeline {
+  public:
+    // `tj`: the whole tokenizer.json. Unsupported components: kUnimplemented, one line.
+    static Expected<std::shared_ptr<const HfPipeline>> from_json(const nlohmann::json& tj);
+    ~HfPipeline();
+
+    // add_special: apply the post-processor (BOS/CLS/SEP...). parse_special: special added
+    // tokens written in the text are recognized (HF always does; false is HF's
+    // encode_special_tokens). Non-special added tokens are always recognized.
+    void encode(std::string_view text, bool add_special, bool parse_special,
+                std::vector<int32_t>& out) const;
+    // HF's decode: ids -> tokens -> decoder chain; skip_special drops special added tokens.
+    std::string decode(std::span<const int32_t> ids, bool skip_special) const;
+    // The bytes one token contributes when decoded alone, without UTF-8 repair (for
+    // streaming); "" for ids out of range.
+    std::string piece(int32_t id) const;
+
+    // id -> token text (model vocab and added tokens), token types, Unigram scores.
+    const std::vector<std::string>& tokens() const;
+    const std::vector<TokenType>& token_types() const;
+    const std::vector<float>& scores() const;
+    VocabKind kind() const;
+    int32_t unk_id() const;
+
+    struct Impl;
+
+  private:
+    HfPipeline();
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferrox
