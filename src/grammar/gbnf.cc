@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.h"
 #include "grammar/grammar.h"
 
 namespace ferrox::grammar {
@@ -23,24 +24,6 @@ using Seq = std::vector<Sym>;
 struct CodeRange {
     uint32_t lo, hi;
 };
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 // One UTF-8 byte-range sequence: every byte string b0 b1 ... with lo[k] <= bk <= hi[k].
 struct ByteSeq {
@@ -66,8 +49,8 @@ void split_utf8(uint32_t lo, uint32_t hi, int n, std::vector<ByteSeq>& out) {
         }
     }
     std::string a, b;
-    append_utf8(lo, a);
-    append_utf8(hi, b);
+    utf8_append(a, lo);
+    utf8_append(b, hi);
     ByteSeq s;
     s.n = n;
     for (int k = 0; k < n; ++k) {
@@ -336,7 +319,7 @@ private:
                 while (!at_end() && cur() != '"') {
                     auto cp = parse_char();
                     if (!cp.has_value()) return cp.status();
-                    append_utf8(*cp, bytes);
+                    utf8_append(bytes, *cp);
                 }
                 if (at_end()) return fail("unterminated string literal");
                 ++p_;

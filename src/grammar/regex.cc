@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace ferrox::grammar {
 namespace {
 
@@ -99,24 +101,6 @@ struct Node {
     int min = 1;
     int max = 1;  // kUnbounded for no limit
 };
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 // UTF-8 to code points; false on malformed input.
 bool decode_utf8(std::string_view s, std::u32string& out) {
@@ -543,7 +527,7 @@ std::string json_char(uint32_t cp) {
     }
     if (cp < 0x20) return "\\u00" + hex(cp, 2, false);
     std::string s;
-    append_utf8(s, cp);
+    utf8_append(s, cp);
     return s;
 }
 
@@ -622,7 +606,7 @@ class Emitter {
     std::string char_text(uint32_t cp) const {
         if (opts_.json_string) return json_char(cp);
         std::string s;
-        append_utf8(s, cp);
+        utf8_append(s, cp);
         return s;
     }
 
