@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -42,7 +44,13 @@ struct Collector {
             }
         };
     }
-    bool wait(int seconds = 60) {
+    // 60 s, or FERROX_TEST_WAIT_S (the TSan preset sets an hour: a wait that gave up would let
+    // the next engine run beside this one over the same model, which TSan rightly reports).
+    bool wait(int seconds = 0) {
+        if (seconds <= 0) {
+            const char* env = std::getenv("FERROX_TEST_WAIT_S");
+            seconds = env ? std::max(1, std::atoi(env)) : 60;
+        }
         std::unique_lock<std::mutex> lk(mu);
         return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return done; });
     }
