@@ -15,6 +15,25 @@ constexpr const char* kChatMlTemplate =
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+// For a Gemma vocabulary without a template (llama.cpp's GGUF-my-repo files of the base models
+// carry none): Gemma's turn format, a system message folded into the first user turn.
+constexpr const char* kGemmaTemplate =
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first = messages[0]['content'] + '\n\n' -%}{%- set rest = messages[1:] -%}"
+    "{%- else -%}{%- set first = '' -%}{%- set rest = messages -%}{%- endif -%}"
+    "{%- for message in rest -%}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
+    "{{ (first if loop.first else '') + message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor -%}"
+    "{%- if add_generation_prompt %}<start_of_turn>model\n{% endif -%}";
+
+// The template a model without one gets: by its vocabulary's turn markers, else ChatML.
+std::string fallback_template(const Tokenizer& tok) {
+    if (tok.token_id("<start_of_turn>") >= 0 && tok.token_id("<end_of_turn>") >= 0) return kGemmaTemplate;
+    return kChatMlTemplate;
+}
+
 // A tool name no real template prints unless it renders `tools`.
 constexpr const char* kProbeTool = "ferrox_probe_tool_3f9c";
 
@@ -73,7 +92,7 @@ Expected<std::unique_ptr<PromptBuilder>> PromptBuilder::create(const Tokenizer& 
     std::unique_ptr<PromptBuilder> b(new PromptBuilder());
     b->tok_ = &tok;
     b->options_ = options;
-    b->source_ = template_source.empty() ? std::string(kChatMlTemplate) : std::move(template_source);
+    b->source_ = template_source.empty() ? fallback_template(tok) : std::move(template_source);
     auto t = JinjaTemplate::parse(b->source_);
     if (!t.has_value()) return Status(t.status().code(), "chat template: " + t.status().message());
     b->tmpl_ = std::make_unique<JinjaTemplate>(std::move(*t));

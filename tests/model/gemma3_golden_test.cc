@@ -16,6 +16,7 @@
 
 #include "chat/jinja.h"
 #include "engine/generate.h"
+#include "engine/prompt.h"
 #include "engine/tokenizer_gguf.h"
 #include "kernels/quants.h"
 #include "loader/gguf.h"
@@ -108,6 +109,25 @@ TEST_F(Gemma3, ChatTemplateRendersWithFerroxJinja) {
         auto r = render_chat_template(*tmpl, in);
         ASSERT_TRUE(r.has_value()) << r.status().message();
         EXPECT_EQ(*r, p["rendered"].get<std::string>());
+        ++n_chat;
+    }
+    EXPECT_GE(n_chat, 4);
+}
+
+// The file has no template: the prompt step falls back to Gemma's turn format (not ChatML),
+// and gives the tokens of the official template's rendering.
+TEST_F(Gemma3, PromptWithoutTemplateUsesGemmaTurns) {
+    auto builder = PromptBuilder::create(*tok_, "");
+    ASSERT_TRUE(builder.has_value()) << builder.status().message();
+    int n_chat = 0;
+    for (const auto& p : (*golden_)["prompts"]) {
+        if (!p["chat"].get<bool>()) continue;
+        Conversation conv;
+        if (p.contains("system")) conv.messages.push_back({.role = "system", .content = p["system"].get<std::string>()});
+        conv.messages.push_back({.role = "user", .content = p["text"].get<std::string>()});
+        auto r = (*builder)->build(conv);
+        ASSERT_TRUE(r.has_value()) << r.status().message();
+        EXPECT_EQ(r->tokens, tokenize(p["rendered"].get<std::string>())) << p["rendered"];
         ++n_chat;
     }
     EXPECT_GE(n_chat, 4);
