@@ -174,53 +174,86 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// A tile of C = A W^T: MR rows of A against NR rows of W, 8 lanes of k per step, every
-// product accumulated in its own register and reduced at the end (A read as memory operands,
-// so MR * NR accumulators + NR W loads fit the 16 registers for 4 x 3).
-template <int MR, int NR>
-inline void gemm_tile(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
-                      int64_t k) {
-    __m256 acc[MR][NR];
-    for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
-    int64_t t = 0;
-    for (; t + 8 <= k; t += 8) {
-        __m256 wv[NR];
-        for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + j * ldw + t);
+// C = A W^T as outer products: W is packed into panels of 16 of its rows, k-major
+// (panel[t * 16 + c] = W[j0 + c][t]), 256 values of k at a time (16 KiB, on the stack: this file
+// instantiates no library code), and a tile of up to 6 rows of A x 16 columns lives in 12
+// registers; per t, two panel loads and six broadcasts of A feed 12 FMAs (FMA-bound, where the
+// dot-product form was bound by reading A and W rows from L2). Every output is one FMA chain
+// over t in order within each chunk of k, chunks added in order, so its value does not depend
+// on the tile it falls in or on m.
+constexpr int kGemmNR = 16, kGemmKC = 256;
+
+template <int MR>
+inline void gemm_panel_tile(const float* a, int64_t lda, const float* panel, int64_t kc, float* c, int64_t ldc,
+                            int nr, bool accumulate) {
+    __m256 acc[MR][2];
+    for (int i = 0; i < MR; ++i) {
+        if (!accumulate) {
+            acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+        } else if (nr == kGemmNR) {
+            acc[i][0] = _mm256_loadu_ps(c + i * ldc);
+            acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8);
+        } else {
+            alignas(32) float tmp[kGemmNR] = {};
+            for (int j = 0; j < nr; ++j) tmp[j] = c[i * ldc + j];
+            acc[i][0] = _mm256_load_ps(tmp);
+            acc[i][1] = _mm256_load_ps(tmp + 8);
+        }
+    }
+    for (int64_t t = 0; t < kc; ++t) {
+        const __m256 w0 = _mm256_load_ps(panel + t * kGemmNR);
+        const __m256 w1 = _mm256_load_ps(panel + t * kGemmNR + 8);
         for (int i = 0; i < MR; ++i) {
-            const __m256 av = _mm256_loadu_ps(a + i * lda + t);
-            for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(av, wv[j], acc[i][j]);
+            const __m256 av = _mm256_broadcast_ss(a + i * lda + t);
+            acc[i][0] = _mm256_fmadd_ps(av, w0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(av, w1, acc[i][1]);
         }
     }
     for (int i = 0; i < MR; ++i) {
-        for (int j = 0; j < NR; ++j) {
-            float s = hsum_ps(acc[i][j]);
-            for (int64_t u = t; u < k; ++u) s += a[i * lda + u] * w[j * ldw + u];
-            c[i * ldc + j] = s;
+        if (nr == kGemmNR) {
+            _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+        } else {
+            alignas(32) float tmp[kGemmNR];
+            _mm256_store_ps(tmp, acc[i][0]);
+            _mm256_store_ps(tmp + 8, acc[i][1]);
+            for (int j = 0; j < nr; ++j) c[i * ldc + j] = tmp[j];
         }
     }
 }
 
 void gemm_f32_avx2(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
                    int64_t m, int64_t n, int64_t k) {
-    constexpr int kMR = 4, kNR = 3;
-    // Columns of C in blocks whose W rows stay in L2 while every row of A passes over them.
-    const int64_t fit = (96 * 1024 / 4 / (k > 0 ? k : 1)) / kNR * kNR;  // no std::max here
-    const int64_t nb = fit > kNR ? fit : kNR;
-    for (int64_t j0 = 0; j0 < n; j0 += nb) {
-        const int64_t j1 = j0 + nb < n ? j0 + nb : n;
-        int64_t i = 0;
-        for (; i + kMR <= m; i += kMR) {
-            int64_t j = j0;
-            for (; j + kNR <= j1; j += kNR)
-                gemm_tile<kMR, kNR>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
-            for (; j < j1; ++j) gemm_tile<kMR, 1>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
-        }
-        for (; i < m; ++i) {
-            int64_t j = j0;
-            for (; j + kNR <= j1; j += kNR)
-                gemm_tile<1, kNR>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
-            for (; j < j1; ++j) gemm_tile<1, 1>(a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, k);
+    constexpr int kMR = 6;
+    alignas(32) float panel[kGemmKC * kGemmNR];
+    for (int64_t j0 = 0; j0 < n; j0 += kGemmNR) {
+        const int nr = static_cast<int>(n - j0 < kGemmNR ? n - j0 : kGemmNR);
+        // k == 0 still writes its zeros (one empty chunk).
+        for (int64_t t0 = 0; t0 < k || (t0 == 0 && k == 0); t0 += kGemmKC) {
+            const int64_t kc = k - t0 < kGemmKC ? k - t0 : kGemmKC;
+            for (int cc = 0; cc < kGemmNR; ++cc) {
+                float* dst = panel + cc;
+                if (cc < nr) {
+                    const float* src = w + (j0 + cc) * ldw + t0;
+                    for (int64_t t = 0; t < kc; ++t) dst[t * kGemmNR] = src[t];
+                } else {
+                    for (int64_t t = 0; t < kc; ++t) dst[t * kGemmNR] = 0.0f;
+                }
+            }
+            const bool acc = t0 > 0;
+            const float* at = a + t0;
+            float* cj = c + j0;
+            int64_t i = 0;
+            for (; i + kMR <= m; i += kMR) gemm_panel_tile<kMR>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc);
+            switch (m - i) {
+                case 5: gemm_panel_tile<5>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc); break;
+                case 4: gemm_panel_tile<4>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc); break;
+                case 3: gemm_panel_tile<3>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc); break;
+                case 2: gemm_panel_tile<2>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc); break;
+                case 1: gemm_panel_tile<1>(at + i * lda, lda, panel, kc, cj + i * ldc, ldc, nr, acc); break;
+                default: break;
+            }
+            if (k == 0) break;
         }
     }
 }
