@@ -31,6 +31,8 @@ const std::vector<FlagSpec> kBenchFlags = {
     {{"-t", "--threads"}, true, "thread counts, comma-separated (default: all cores)"},
     {{"-r", "--repetitions"}, true, "timed runs of each test, after one warm-up (default 5)"},
     {{"-b", "--batch-size"}, true, "most prompt tokens in one forward pass (default 512)"},
+    {{"-np", "--parallel"}, true,
+     "sequences decoded together in tg tests, comma-separated (default 1): tgN x S is N steps of S tokens"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
     {{"-o", "--output"}, true, "md (default) or jsonl"},
@@ -176,18 +178,20 @@ Status run_prompt(Model& model, KvPool& kv, const BlockTable& table,
     return Status::ok();
 }
 
-// n_gen single-token forward passes at positions 0..n_gen-1, as llama-bench's test_gen: the
-// next token is random, not sampled (sampling is not what is measured).
-Status run_gen(Model& model, KvPool& kv, const BlockTable& table, int n_gen, int32_t first,
-               std::mt19937& rng, std::vector<float>& logits) {
+// n_gen forward passes of one token per sequence at positions 0..n_gen-1, as llama-bench's
+// test_gen (one sequence) or a decode step of a server with one running request per table: the
+// next tokens are random, not sampled (sampling is not what is measured).
+Status run_gen(Model& model, KvPool& kv, const std::vector<std::unique_ptr<BlockTable>>& tables, int n_gen,
+               int32_t first, std::mt19937& rng, std::vector<float>& logits) {
     Batch b;
-    b.tokens.assign(1, first);
-    b.seqs.assign(1, {0, 1, 0, table.data(), table.size(), true});
+    const int n_seq = static_cast<int>(tables.size());
+    b.tokens.assign(static_cast<size_t>(n_seq), first);
+    for (int s = 0; s < n_seq; ++s) b.seqs.push_back({s, 1, 0, tables[s]->data(), tables[s]->size(), true});
     std::uniform_int_distribution<int32_t> pick(0, model.n_vocab() - 1);
     for (int i = 0; i < n_gen; ++i) {
-        b.seqs[0].n_past = i;
+        for (BatchSeq& sq : b.seqs) sq.n_past = i;
         FERROX_RETURN_IF_ERROR(model.forward(b, kv, logits));
-        b.tokens[0] = pick(rng);
+        for (int32_t& t : b.tokens) t = pick(rng);
     }
     return Status::ok();
 }
@@ -214,6 +218,7 @@ struct TestResult {
     int n_threads = 0;
     int n_prompt = 0;
     int n_gen = 0;
+    int n_seq = 1;  // sequences decoded together (tg tests)
     std::string test_time;
     std::vector<int64_t> samples_ns;
 };
@@ -237,8 +242,13 @@ std::string markdown_row(const ModelDesc& d, const TestResult& r, const Sample& 
     } else {
         std::snprintf(params, sizeof params, "%.2f M", d.n_params / 1e6);
     }
-    std::snprintf(test, sizeof test, r.n_prompt > 0 ? "pp%d" : "tg%d",
-                  r.n_prompt > 0 ? r.n_prompt : r.n_gen);
+    if (r.n_prompt > 0) {
+        std::snprintf(test, sizeof test, "pp%d", r.n_prompt);
+    } else if (r.n_seq > 1) {
+        std::snprintf(test, sizeof test, "tg%dx%d", r.n_gen, r.n_seq);
+    } else {
+        std::snprintf(test, sizeof test, "tg%d", r.n_gen);
+    }
     std::snprintf(tps, sizeof tps, "%.2f ± %.2f", ts.mean, ts.sd);
     // "±" is two bytes but one column: pad its field by one more.
     std::snprintf(buf, sizeof buf, "| %-30s | %10s | %10s | %7d | %10s | %21s |\n", d.stem.c_str(),
@@ -267,6 +277,7 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
     j["use_mmap"] = opts.mmap;
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
+    j["n_parallel"] = r.n_seq;
     j["n_depth"] = 0;
     j["test_time"] = r.test_time;
     j["avg_ns"] = static_cast<int64_t>(std::llround(ns.mean));
@@ -280,31 +291,36 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
 
 // Warm-up, then opts.n_reps timed runs of one test on a loaded model.
 Expected<TestResult> run_test(Model& model, KvPool& kv, const BenchOptions& opts, int n_prompt,
-                              int n_gen, int32_t bos) {
+                              int n_gen, int n_seq, int32_t bos) {
     TestResult r;
     r.n_threads = model.n_threads();
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
+    r.n_seq = n_seq;
     r.test_time = utc_now();
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, model.n_vocab() - 1);
-    std::vector<float> logits(static_cast<size_t>(model.n_vocab()));
+    std::vector<float> logits(static_cast<size_t>(model.n_vocab()) * n_seq);
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = pick(rng);
     if (n_prompt > 0 && bos >= 0) prompt[0] = bos;
     const int32_t first = bos >= 0 ? bos : pick(rng);
 
-    BlockTable table(kv, std::max(n_prompt, n_gen));
-    if (!table.ok()) return internal_error("bench: the KV pool is too small for the test");
+    std::vector<std::unique_ptr<BlockTable>> tables;
+    for (int i = 0; i < n_seq; ++i) {
+        tables.push_back(std::make_unique<BlockTable>(kv, std::max(n_prompt, n_gen)));
+        if (!tables.back()->ok()) return internal_error("bench: the KV pool is too small for the test");
+    }
+    const BlockTable& table = *tables[0];
     const int n_batch = std::max(1, std::min(opts.n_batch, model.max_batch_tokens()));
     // Warm-up: pages the weights in, sizes every buffer (llama-bench: one full prompt, one token).
     if (n_prompt > 0) FERROX_RETURN_IF_ERROR(run_prompt(model, kv, table, prompt, n_batch, logits));
-    if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, table, 1, first, rng, logits));
+    if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, 1, first, rng, logits));
     for (int rep = 0; rep < opts.n_reps; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         if (n_prompt > 0)
             FERROX_RETURN_IF_ERROR(run_prompt(model, kv, table, prompt, n_batch, logits));
-        if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, table, n_gen, first, rng, logits));
+        if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, n_gen, first, rng, logits));
         const auto t1 = std::chrono::steady_clock::now();
         r.samples_ns.push_back(
             std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
@@ -343,7 +359,9 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
     int max_prompt = 0;
     int max_pos = 1;
     for (int p : opts.n_prompt) max_prompt = std::max(max_prompt, p);
+    int max_seq = 1;
     for (int n : opts.n_gen) max_pos = std::max(max_pos, n);
+    for (int s : opts.n_parallel) max_seq = std::max(max_seq, s);
     max_pos = std::max(max_pos, max_prompt);
     auto bos_id = file.get_int("tokenizer.ggml.bos_token_id");
     auto add_bos = file.get_bool("tokenizer.ggml.add_bos_token");
@@ -357,25 +375,26 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
         if (n_threads < 1) return invalid_argument("-t must be >= 1");
         ModelOptions mo;
         mo.n_threads = n_threads;
-        mo.max_batch_tokens = std::max(1, std::min(opts.n_batch, max_prompt));
+        mo.max_batch_tokens = std::max(max_seq, std::min(opts.n_batch, max_prompt));
         mo.max_ctx = max_pos;
         mo.mmap = opts.mmap;
         FERROX_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, load(mo));
         const int32_t bos = use_bos && **bos_id >= 0 && **bos_id < model->n_vocab()
                                 ? static_cast<int32_t>(**bos_id)
                                 : -1;
-        KvPool kv(model->kv_geometry(kKvBlock), (max_pos + kKvBlock - 1) / kKvBlock);
-        std::vector<std::pair<int, int>> tests;  // (n_prompt, n_gen), llama-bench's order
+        KvPool kv(model->kv_geometry(kKvBlock), max_seq * ((max_pos + kKvBlock - 1) / kKvBlock));
+        std::vector<std::tuple<int, int, int>> tests;  // (n_prompt, n_gen, n_seq), llama-bench's order
         for (int p : opts.n_prompt)
-            if (p > 0) tests.emplace_back(p, 0);
+            if (p > 0) tests.emplace_back(p, 0, 1);
         for (int n : opts.n_gen)
-            if (n > 0) tests.emplace_back(0, n);
-        for (auto [n_prompt, n_gen] : tests) {
-            FERROX_ASSIGN_OR_RETURN(TestResult r, run_test(*model, kv, opts, n_prompt, n_gen, bos));
+            for (int s : opts.n_parallel)
+                if (n > 0) tests.emplace_back(0, n, s);
+        for (auto [n_prompt, n_gen, n_seq] : tests) {
+            FERROX_ASSIGN_OR_RETURN(TestResult r, run_test(*model, kv, opts, n_prompt, n_gen, n_seq, bos));
             std::vector<double> ns, ts;
             for (int64_t x : r.samples_ns) {
                 ns.push_back(static_cast<double>(x));
-                ts.push_back(1e9 * (n_prompt + n_gen) /
+                ts.push_back(1e9 * (n_prompt + n_gen * n_seq) /
                              static_cast<double>(std::max<int64_t>(1, x)));
             }
             const Sample s_ns = stats(ns), s_ts = stats(ts);
@@ -396,7 +415,7 @@ int cmd_bench(int argc, char** argv) {
     if (!args.has_value()) return fail(args.status());
     if (args->has("-h")) {
         std::printf(
-            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--mmap] [-o "
+            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-np 1,16] [-t 1,2] [-r 5] [--mmap] [-o "
             "md|jsonl]\n%s",
             usage(kBenchFlags).c_str());
         return 0;
@@ -406,7 +425,7 @@ int cmd_bench(int argc, char** argv) {
     BenchOptions opts;
     for (auto [flag, list, min_value] :
          {std::tuple{"-p", &opts.n_prompt, 0}, std::tuple{"-n", &opts.n_gen, 0},
-          std::tuple{"-t", &opts.n_threads, 1}}) {
+          std::tuple{"-t", &opts.n_threads, 1}, std::tuple{"-np", &opts.n_parallel, 1}}) {
         if (auto v = args->get(flag)) {
             auto parsed = parse_int_list(*v, min_value);
             if (!parsed.has_value())

@@ -261,6 +261,10 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
     {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
+    {{"--spec-ngram"}, true,
+     "speculative decoding by prompt lookup: match the last N tokens (down to 2) earlier in the context "
+     "and verify what followed (default 3; 0: off)"},
+    {{"--draft-max"}, true, "most draft tokens one sequence verifies per step (default 8; 0: no speculation)"},
     {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
     {{"--api-key"}, true, "require this API key (repeatable)"},
     {{"--api-key-file"}, true, "file with one API key per line"},
@@ -350,8 +354,14 @@ int cmd_serve(int argc, char** argv) {
     auto n_predict = args->get_int("-n", -1);
     auto max_queue = args->get_int("--max-queue", 64);
     auto kv_budget = args->get_int("--kv-budget", 0);
-    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue, &kv_budget}) {
+    auto spec_ngram = args->get_int("--spec-ngram", EngineOptions{}.spec_ngram);
+    auto draft_max = args->get_int("--draft-max", EngineOptions{}.draft_max);
+    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue, &kv_budget,
+                          &spec_ngram, &draft_max}) {
         if (!e->has_value()) return fail(e->status());
+    }
+    if (*spec_ngram < 0 || *spec_ngram > 64 || *draft_max < 0 || *draft_max > 64) {
+        return fail(invalid_argument("--spec-ngram and --draft-max must be in [0, 64]"));
     }
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
     if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 2 || *max_queue < 0 || *kv_budget < 0) {
@@ -438,6 +448,8 @@ int cmd_serve(int argc, char** argv) {
     eo.prefix_cache = !args->has("--no-prefix-cache");
     eo.max_batch_tokens = *n_batch;
     eo.max_queue = *max_queue;
+    eo.spec_ngram = *spec_ngram;
+    eo.draft_max = *draft_max;
     defaults->served.chat_template_override = so.chat_template_override;
     defaults->served.prompt.split_reasoning = so.split_reasoning;
     defaults->test_script = args->get("--test-script").value_or("");

@@ -47,6 +47,11 @@ struct Engine::Seq {
     int32_t chain = -1;           // the cache's block for the last published position
     uint32_t chain_epoch = 0;     // its epoch (the sequence may hold no reference to it)
     int n_cached = 0;             // prompt tokens reused from the cache at first admission
+    // Speculative decoding: this step's draft tokens, the logits row of the first, and the
+    // decayed counts of draft tokens verified and accepted (the acceptance estimate).
+    std::vector<int32_t> draft;
+    int draft_row0 = 0;
+    double spec_trials = 0, spec_hits = 0;
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
     // Positions to compute before decoding: the prompt, or, after a preemption, every token
@@ -55,6 +60,60 @@ struct Engine::Seq {
     bool prefilling() const { return n_in_kv < n_fill(); }
     bool caching(const EngineOptions& o) const { return o.prefix_cache && params.cache_prompt; }
 };
+
+namespace {
+
+// Prompt lookup: the tokens that followed the most recent earlier occurrence of the last n
+// tokens of `toks`, for the largest n from n_max down to 2 (1 when n_max is 1) that occurs;
+// at most k of them, appended to `out`.
+void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<int32_t>* out) {
+    const int len = static_cast<int>(toks.size());
+    for (int n = std::min(n_max, len - 1); n >= std::min(2, n_max) && n >= 1; --n) {
+        const int32_t* suffix = toks.data() + len - n;
+        for (int i = len - n - 1; i >= 0; --i) {  // a match at i is followed by toks[i + n]
+            if (toks[i] != suffix[0] || !std::equal(suffix + 1, suffix + n, toks.data() + i + 1)) continue;
+            const int end = std::min(len, i + n + k);
+            out->insert(out->end(), toks.begin() + i + n, toks.begin() + end);
+            return;
+        }
+    }
+}
+
+// The acceptance estimate of a sequence without history: a draft token is accepted with this
+// probability, worth this many observed tokens.
+constexpr double kPriorAccept = 0.6, kPriorTrials = 2;
+// Until the steps timed spread over enough batch sizes, a batch token is assumed to cost this
+// fraction of a one-token step (decode of a small model: the weights are read once per step,
+// each token adds its arithmetic).
+constexpr double kPriorTokenCost = 0.45;
+
+}  // namespace
+
+void Engine::StepCost::observe(double n, double t, double weight) {
+    constexpr double kDecay = 0.98;  // about the last 50 steps
+    w = w * kDecay + weight;
+    sn = sn * kDecay + weight * n;
+    st = st * kDecay + weight * t;
+    snn = snn * kDecay + weight * n * n;
+    snt = snt * kDecay + weight * n * t;
+}
+
+double Engine::StepCost::slope() const {
+    if (w <= 0) return 0;
+    const double mn = sn / w, mt = st / w;
+    // The prior's slope at the observed mean: t = a (1 + r n), b = r a.
+    const double prior = kPriorTokenCost * mt / (1 + kPriorTokenCost * mn);
+    const double var = snn - sn * mn;    // weighted sum of squared deviations of n
+    const double cov = snt - sn * mt;
+    constexpr double kPriorWeight = 4;   // worth 4 steps one token off the mean
+    const double b = (cov + kPriorWeight * prior) / (var + kPriorWeight);
+    return std::max(b, 0.02 * prior);
+}
+
+double Engine::StepCost::predict(double n) const {
+    if (w <= 0) return 0;
+    return st / w + slope() * (n - sn / w);
+}
 
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
     : model_(std::move(model)), opts_(opts) {}
@@ -83,7 +142,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> mo
     const int64_t pool_tokens = n_blocks * opts.block_size;
     e->ceiling_ = static_cast<int>(std::min<int64_t>({pool_tokens, m.max_ctx(), m.n_ctx_train()}));
     e->opts_.max_batch_tokens = std::min(opts.max_batch_tokens, m.max_batch_tokens());
-    e->logits_.resize(static_cast<size_t>(opts.n_parallel + 1) * m.n_vocab());
+    // One row per sequence, plus its draft tokens' rows (never more rows than batch tokens).
+    const int64_t rows = std::min<int64_t>(static_cast<int64_t>(opts.n_parallel) * (1 + std::max(0, opts.draft_max)) + 1,
+                                           std::max(e->opts_.max_batch_tokens, opts.n_parallel + 1));
+    e->logits_.resize(static_cast<size_t>(rows) * m.n_vocab());
     e->update_gauges();
     e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
     e->batch_.seqs.reserve(opts.n_parallel + 1);
@@ -175,6 +237,8 @@ Engine::Stats Engine::stats() const {
     st.prefix_lookup_tokens = prefix_lookup_tokens_.load();
     st.prefix_hit_tokens = prefix_hit_tokens_.load();
     st.n_preemptions = n_preemptions_.load();
+    st.spec_drafted = spec_drafted_.load();
+    st.spec_accepted = spec_accepted_.load();
     return st;
 }
 
@@ -202,6 +266,10 @@ std::string Engine::prometheus() const {
            static_cast<double>(st.prefix_hit_tokens));
     metric("ferrox_preemptions_total", "counter", "Sequences preempted for KV room.",
            static_cast<double>(st.n_preemptions));
+    metric("ferrox_spec_draft_tokens_total", "counter", "Draft tokens verified by speculative decoding.",
+           static_cast<double>(st.spec_drafted));
+    metric("ferrox_spec_accepted_tokens_total", "counter", "Draft tokens accepted (tokens without a step of their own).",
+           static_cast<double>(st.spec_accepted));
     out += ttft_.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
     out += itl_.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     return out;
@@ -315,6 +383,33 @@ bool Engine::grow(Seq& s) {
         if (victim == &s) return false;
     }
     return true;
+}
+
+// Chooses this step's draft for a decoding sequence: prompt lookup, as long as each further
+// draft token is still expected to pay. Draft token j is accepted with probability alpha^j
+// (alpha: the sequence's decayed acceptance rate), and it costs the whole batch one token's
+// share of the step; `threshold` is that cost in tokens of output (engine.cc, step()). The
+// KV room it needs is taken only where the pool keeps a block for every running sequence.
+// Returns the number of draft tokens (in s.draft), at most `budget`.
+int Engine::draft(Seq& s, int budget, double threshold) {
+    s.draft.clear();
+    if (opts_.spec_ngram <= 0 || s.params.draft_max == 0) return 0;
+    int k_max = std::min(budget, s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max);
+    // The sequence emits at most max_total - tokens tokens: the step's own one, then drafts.
+    k_max = std::min(k_max, s.max_total - static_cast<int>(s.tokens.size()) - 1);
+    const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
+    int k = 0;
+    for (double p = alpha; k < k_max && p > threshold; p *= alpha) ++k;
+    if (k == 0) return 0;
+    ngram_draft(s.tokens, opts_.spec_ngram, k, &s.draft);
+    k = static_cast<int>(s.draft.size());
+    if (k == 0) return 0;
+    const int bs = opts_.block_size;
+    const int need = (s.n_in_kv + 1 + k + bs - 1) / bs - static_cast<int>(s.kv->blocks().size());
+    if (need > 0 && kv_->can_allocate(need + static_cast<int>(running_.size()))) (void)s.kv->reserve(s.n_in_kv + 1 + k);
+    k = std::min(k, s.kv->capacity() - s.n_in_kv - 1);
+    s.draft.resize(std::max(0, k));
+    return static_cast<int>(s.draft.size());
 }
 
 // Samples from `logits` (the sequence's row), emits the token's text and decides whether the
@@ -464,6 +559,54 @@ void Engine::admit() {
     update_gauges();
 }
 
+// Speculative decoding: the decoding sequences (the first n_decode entries of the batch) draft
+// tokens from what is left of the step's token budget. Each draft token is one more one-token
+// entry after every sequence's own ones, at the next position over the same blocks, so the
+// forward computes it exactly as a decode step would (model.h), and its logits row follows
+// the rows of the sequences' own entries (Seq::draft_row0).
+void Engine::add_drafts(int n_decode, int budget) {
+    const size_t n_main = batch_.seqs.size();
+    for (size_t i = 0; i < n_main; ++i) in_batch_[i]->draft.clear();
+    int n_rows = 0;
+    for (const BatchSeq& b : batch_.seqs) n_rows += b.want_logits ? 1 : 0;
+    if (opts_.spec_ngram <= 0 || opts_.draft_max <= 0 || n_decode == 0 || step_cost_.w <= 0) return;
+    // A draft token costs slope() seconds of everyone's step; the step yields n_rows tokens in
+    // predict(tokens) seconds, so a draft token must return slope() * n_rows / predict() tokens.
+    const double t_step = step_cost_.predict(static_cast<double>(batch_.tokens.size()));
+    if (t_step <= 0) return;
+    const double threshold = step_cost_.slope() * n_rows / t_step;
+    draft_owner_.clear();
+    for (int i = 0; i < n_decode; ++i) {
+        Seq& s = *in_batch_[i];
+        const int k = budget > 0 ? draft(s, budget, threshold) : 0;
+        if (k == 0) {
+            // No draft this step: the acceptance estimate drifts back toward the prior, so a
+            // sequence whose drafts failed tries again now and then.
+            s.spec_hits *= 0.97;
+            s.spec_trials *= 0.97;
+            continue;
+        }
+        s.draft_row0 = n_rows;
+        for (int j = 0; j < k; ++j) {
+            BatchSeq b;
+            b.i_begin = static_cast<int>(batch_.tokens.size());
+            b.n_tokens = 1;
+            b.n_past = s.n_in_kv + 1 + j;
+            batch_.tokens.push_back(s.draft[j]);
+            batch_.seqs.push_back(b);
+            draft_owner_.push_back(&s);
+            ++n_rows;
+        }
+        budget -= k;
+    }
+    // Taking blocks for drafts may have moved a sequence's block table.
+    for (size_t i = 0; i < batch_.seqs.size(); ++i) {
+        const Seq& o = i < n_main ? *in_batch_[i] : *draft_owner_[i - n_main];
+        batch_.seqs[i].block_table = o.kv->blocks().data();
+        batch_.seqs[i].n_blocks = static_cast<int>(o.kv->blocks().size());
+    }
+}
+
 // One forward step over every running sequence. Returns false when there was nothing to do.
 bool Engine::step() {
     const auto now = std::chrono::steady_clock::now();
@@ -502,7 +645,9 @@ bool Engine::step() {
     in_batch.clear();
     int budget = opts_.max_batch_tokens;
     // Decoding sequences first (one token each), then prefill chunks in arrival order.
+    int n_decode = 0;  // entries of pass 0
     for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) n_decode = static_cast<int>(batch_.seqs.size());
         for (auto& sp : running_) {
             Seq& s = *sp;
             if (s.prefilling() != (pass == 1) || budget <= 0) continue;
@@ -537,6 +682,7 @@ bool Engine::step() {
         }
     }
     if (batch_.seqs.empty()) return true;
+    add_drafts(n_decode, budget);
 
     // Masks not cached yet are computed beside the forward pass.
     bool masks_launched = false;
@@ -552,7 +698,13 @@ bool Engine::step() {
             mask_cv_.notify_all();
         }
     }
+    const auto t_forward = std::chrono::steady_clock::now();
     Status st = model_->forward_model().forward(batch_, *kv_, logits_);
+    // Decode-sized steps price the draft tokens (prompt chunks run other kernels).
+    if (st.is_ok() && batch_.tokens.size() <= 64) {
+        step_cost_.observe(static_cast<double>(batch_.tokens.size()),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count());
+    }
     if (masks_launched) {
         std::unique_lock<std::mutex> lk(mask_mu_);
         mask_cv_.wait(lk, [&] { return !mask_busy_; });
@@ -580,17 +732,41 @@ bool Engine::step() {
             finish(s, FinishReason::kLength);
             continue;
         }
-        if (s.matcher && !s.matcher->apply(std::span<float>(lg, n_vocab))) {
-            finish(s, FinishReason::kError, invalid_argument("the grammar allows no token of this vocabulary here"));
-            continue;
+        // The next token from a logits row; -1 when the sequence ended in an error.
+        const auto next = [&](float* row_logits) -> int32_t {
+            const std::span<float> l(row_logits, n_vocab);
+            if (s.matcher && !s.matcher->apply(l)) {
+                finish(s, FinishReason::kError, invalid_argument("the grammar allows no token of this vocabulary here"));
+                return -1;
+            }
+            const int32_t tok = s.sampler->sample(l, s.tokens);
+            if (s.matcher && !s.matcher->accept_token(tok)) {  // (the mask excluded it: not reached)
+                finish(s, FinishReason::kError, internal_error("the sampled token breaks the grammar"));
+                return -1;
+            }
+            emit_token(s, tok, row_logits);
+            if (!s.done && s.matcher && s.matcher->must_end()) finish(s, FinishReason::kStop);
+            return tok;
+        };
+        int32_t tok = next(lg);
+        // Draft tokens: while the token just drawn is the next draft token, the draft position's
+        // KV row and logits are the ones plain decoding would have computed; draw from them.
+        const int k = static_cast<int>(s.draft.size());
+        if (k == 0) continue;
+        int accepted = 0;
+        while (!s.done && accepted < k && tok == s.draft[accepted]) {
+            ++accepted;
+            ++s.n_in_kv;
+            tok = next(logits_.data() + static_cast<size_t>(s.draft_row0 + accepted - 1) * n_vocab);
         }
-        const int32_t tok = s.sampler->sample(std::span<float>(lg, n_vocab), s.tokens);
-        if (s.matcher && !s.matcher->accept_token(tok)) {  // (the mask excluded it: not reached)
-            finish(s, FinishReason::kError, internal_error("the sampled token breaks the grammar"));
-            continue;
-        }
-        emit_token(s, tok, lg);
-        if (!s.done && s.matcher && s.matcher->must_end()) finish(s, FinishReason::kStop);
+        const bool rejected = !s.done && accepted < k;
+        constexpr double kDecay = 0.85;
+        s.spec_trials = s.spec_trials * kDecay + accepted + (rejected ? 1 : 0);
+        s.spec_hits = s.spec_hits * kDecay + accepted;
+        spec_drafted_.fetch_add(static_cast<uint64_t>(k), std::memory_order_relaxed);
+        spec_accepted_.fetch_add(static_cast<uint64_t>(accepted), std::memory_order_relaxed);
+        s.draft.clear();
+        if (accepted > 0 && !s.done) publish_blocks(s);
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());

@@ -56,6 +56,17 @@ struct EngineOptions {
     int block_size = 32;          // KV block size, in tokens
     int max_batch_tokens = 512;   // tokens per forward step (decode tokens + prefill chunks)
     int max_queue = 64;           // waiting requests beyond this are refused (HTTP 429)
+    // Speculative decoding by prompt lookup: a decoding sequence whose last spec_ngram (down to
+    // 2) tokens occurred earlier in its prompt or output drafts the tokens that followed them,
+    // up to draft_max, and the step verifies them with the sequence's own next token. Each
+    // draft position is computed as a decode step of its own (a one-token entry of the batch
+    // over the same KV blocks), so its logits are bit for bit those of plain decoding, and the
+    // sampler draws every position in order as it would have: the output is the same tokens
+    // with and without speculation, greedy or sampled, seeded or not. How many tokens a
+    // sequence drafts is decided per step from its acceptance so far and the measured cost of
+    // a batch token (engine.cc, draft_length). spec_ngram 0 or draft_max 0: no speculation.
+    int spec_ngram = 3;
+    int draft_max = 8;
 };
 
 class Engine {
@@ -87,6 +98,9 @@ public:
         uint64_t n_prompt_tokens = 0, n_generated_tokens = 0, n_requests = 0;
         uint64_t prefix_lookups = 0, prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
         uint64_t n_preemptions = 0;
+        // Speculative decoding: draft tokens verified, and those accepted (emitted without a
+        // step of their own).
+        uint64_t spec_drafted = 0, spec_accepted = 0;
     };
     Stats stats() const;
     // Prometheus text for /metrics: gauges, counters and the latency histograms.
@@ -102,6 +116,8 @@ private:
     void admit();
     bool step();
     bool grow(Seq& s);
+    int draft(Seq& s, int budget, double threshold);
+    void add_drafts(int n_decode, int budget);
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
     void update_gauges();
@@ -127,7 +143,8 @@ private:
     std::vector<std::unique_ptr<Seq>> running_;
     std::vector<float> logits_;
     Batch batch_;
-    std::vector<Seq*> in_batch_;  // the sequences of batch_, in order
+    std::vector<Seq*> in_batch_;  // the sequences of batch_'s first entries, in order
+    std::vector<Seq*> draft_owner_;  // the sequences of the draft entries after them
 
     uint64_t next_order_ = 0;     // admission order, for choosing whom to preempt
     // Constrained decoding: the vocabulary's bytes (without and with control tokens' text),
@@ -153,6 +170,16 @@ private:
     std::atomic<uint64_t> n_prompt_tokens_{0}, n_generated_tokens_{0}, n_requests_{0};
     std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
     std::atomic<uint64_t> n_preemptions_{0};
+    std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0};
+    // The cost model of a forward step, seconds = a + b * tokens, fitted to the steps timed so
+    // far (decayed sums, seeded with a prior), which prices a draft token against what it is
+    // expected to return.
+    struct StepCost {
+        double w = 0, sn = 0, st = 0, snn = 0, snt = 0;
+        void observe(double n, double t, double weight = 1);
+        double slope() const;      // b
+        double predict(double n) const;
+    } step_cost_;
     Histogram ttft_;  // submit to first token
     Histogram itl_;   // between consecutive tokens of one request
     std::thread thread_;

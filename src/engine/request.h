@@ -33,6 +33,10 @@ struct GenerationParams {
     // control tokens count by their text when render_special). End of generation is allowed
     // only where the grammar is complete, and generation ends (kStop) where it must.
     std::shared_ptr<const grammar::Grammar> grammar;
+    // Speculative decoding (EngineOptions::spec_ngram): -1 as the engine decides, 0 never,
+    // N > 0 at most N draft tokens per step (and never more than the engine's draft_max).
+    // Speculation never changes the output, only how many steps it takes.
+    int draft_max = -1;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

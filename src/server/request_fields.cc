@@ -45,6 +45,13 @@ bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationPara
     if (!f.boolean("ignore_eos", &params->ignore_eos, err)) return false;
     // llama.cpp's extension: false computes the whole prompt and leaves nothing in the cache.
     if (!f.boolean("cache_prompt", &params->cache_prompt, err)) return false;
+    // Speculative decoding, per request: "speculative": false turns it off; llama.cpp's
+    // "speculative.n_max" caps the draft (0: off). It changes the speed, never the output.
+    bool speculative = true;
+    if (!f.boolean("speculative", &speculative, err)) return false;
+    int64_t n_max = -1;
+    if (!f.integer("speculative.n_max", 0, 64, &n_max, err)) return false;
+    params->draft_max = !speculative ? 0 : static_cast<int>(n_max);
     return true;
 }
 

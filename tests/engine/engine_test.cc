@@ -269,6 +269,79 @@ TEST_F(EngineTest, ConstrainedAnswersFollowTheGrammarAloneBatchedAndPreempted) {
     EXPECT_EQ(both->stats().kv_blocks_used, 0);
 }
 
+// Issue #18, speculative decoding: drafts change how many steps an answer takes, never the
+// answer. Input-grounded prompts (where prompt lookup drafts a lot) and open ones, greedy and
+// seeded sampling with penalties and logprobs, constrained and free, alone, batched and
+// preempted: the tokens, their logprobs and the finish are those of the engine without
+// speculation, and drafts were verified and accepted.
+TEST_F(EngineTest, SpeculationChangesNoToken) {
+    const std::string text =
+        "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.";
+    const std::vector<std::string> asks = {"Repeat this text exactly: " + text, "Copy it twice: " + text,
+                                           "Write a poem about the sea.", "1, 2, 3, 4, 5, 6, 7, 8,"};
+    auto g = grammar::Grammar::parse("root ::= \"[\" [0-9]+ (\", \" [0-9]+)* \"]\"");
+    ASSERT_TRUE(g.has_value()) << g.status().message();
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<GenerationParams> params;
+    for (size_t i = 0; i < asks.size(); ++i) {
+        for (int mode = 0; mode < 3; ++mode) {
+            prompts.push_back(ids("<|im_start|>user\n" + asks[i] + "<|im_end|>\n<|im_start|>assistant\n"));
+            GenerationParams p = greedy(40);
+            p.ignore_eos = false;
+            if (mode == 1) {  // seeded sampling, penalties, logprobs
+                p.sampling.temperature = 0.7f;
+                p.sampling.seed = 1234 + i;
+                p.sampling.repeat_penalty = 1.05f;
+                p.top_logprobs = 2;
+            } else if (mode == 2 && i == 3) {
+                p.grammar = *g;
+            }
+            params.push_back(p);
+        }
+    }
+    auto run = [&](int spec_ngram, int n_parallel, int n_ctx, int block_size) {
+        EngineOptions eo;
+        eo.n_parallel = n_parallel;
+        eo.n_ctx = n_ctx;
+        eo.block_size = block_size;
+        eo.spec_ngram = spec_ngram;
+        auto e = Engine::create(*model_, eo);
+        EXPECT_TRUE(e.has_value());
+        std::vector<std::unique_ptr<Collector>> cs;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            cs.push_back(std::make_unique<Collector>());
+            EXPECT_TRUE((*e)->submit(prompts[i], params[i], cs.back()->sink()).has_value());
+            if (n_parallel == 1) {
+                EXPECT_TRUE(cs.back()->wait());
+            }
+        }
+        for (auto& c : cs) EXPECT_TRUE(c->wait());
+        EXPECT_EQ((*e)->stats().kv_blocks_used, 0);
+        return std::make_pair(std::move(cs), (*e)->stats());
+    };
+    auto [plain, plain_stats] = run(0, 1, 1024, 16);
+    EXPECT_EQ(plain_stats.spec_drafted, 0u);
+    auto [alone, alone_stats] = run(3, 1, 1024, 16);
+    auto [batched, batched_stats] = run(3, 6, 2048, 16);
+    auto [preempted, preempted_stats] = run(3, 6, 320, 8);  // 40 blocks of 8 for six of up to ~90
+    EXPECT_GT(alone_stats.spec_accepted, 20u);
+    EXPECT_GT(batched_stats.spec_accepted, 0u);
+    EXPECT_GT(preempted_stats.n_preemptions, 0u);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        for (auto* other : {&alone, &batched, &preempted}) {
+            const Collector& c = *(*other)[i];
+            EXPECT_EQ(c.text, plain[i]->text) << i;
+            EXPECT_EQ(c.last.finish, plain[i]->last.finish) << i;
+            EXPECT_EQ(c.last.n_completion, plain[i]->last.n_completion) << i;
+            ASSERT_EQ(c.logprobs.size(), plain[i]->logprobs.size()) << i;
+            for (size_t t = 0; t < c.logprobs.size(); ++t) {
+                EXPECT_EQ(c.logprobs[t].token, plain[i]->logprobs[t].token);
+                EXPECT_EQ(c.logprobs[t].logprob, plain[i]->logprobs[t].logprob);  // bit for bit
+            }
+        }
+    }
+}
+
 TEST_F(EngineTest, CancelFreesEverything) {
     Collector a, b;
     auto e = make_engine(2);
