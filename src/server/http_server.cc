@@ -27,7 +27,12 @@
 //              max_header_bytes). The client's EOF (a half-close after its request) is not a
 //              disconnect: the response is still written, then the connection closes. A client
 //              is gone when a read reports a reset or a write fails. A write stalled for
-//              idle_timeout_s closes.
+//              idle_timeout_s closes. A FIN during an event stream (text/event-stream) that
+//              has nothing to write yet (a request waiting for a slot) is probed: an SSE
+//              comment line now and another kProbeDelay later. A client that only
+//              half-closed ignores them; one that closed its socket answers the first with a
+//              reset, so the second write fails and the request is cancelled at once instead
+//              of when its first tokens would have been written.
 //   kLingering the last response is queued: write it, shut down our side, discard input until
 //              the client closes or a short timer fires (closing with unread input would reset
 //              the connection and could destroy the response before the client reads it)
@@ -294,6 +299,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           socket_(std::move(socket)),
           ex_(socket_.get_executor()),
           timer_(ex_),
+          probe_timer_(ex_),
           counted_(counted),
           client_(std::move(client)) {}
 
@@ -333,6 +339,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool do_write(uint64_t seq, std::string chunk, size_t counted);
     bool do_end(uint64_t seq);
     void do_on_disconnect(uint64_t seq, std::function<void()> fn);
+    void probe_peer();
     void do_abandon(uint64_t seq);
 
   private:
@@ -372,6 +379,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     tcp::socket socket_;
     const asio::any_io_executor ex_;
     asio::steady_timer timer_;
+    asio::steady_timer probe_timer_;  // the liveness probes (probe_peer)
     const bool counted_;
     const std::string client_;
     std::string remote_;
@@ -380,6 +388,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::array<char, kReadChunk> read_buf_;  // the one socket read in flight writes here only
     bool read_pending_ = false;
     bool peer_eof_ = false;      // the client shut down its side; no read is started again
+    bool sse_ = false;           // the stream being written is text/event-stream
+    int probes_sent_ = 0;        // liveness probes of this response after the client's FIN
     beast::flat_buffer buffer_;  // received, not yet parsed
     std::optional<http::request_parser<http::string_body>> parser_;
     bool request_started_ = false;  // a byte of the request being read arrived
@@ -745,6 +755,7 @@ void Connection::on_read(error_code ec, size_t n) {
     if (peer_eof_) {
         // Nothing pipelined: this response is the last one.
         if (buffer_.size() == 0) keep_alive_ = false;
+        probe_peer();
         return;
     }
     maybe_start_read();
@@ -786,6 +797,8 @@ bool Connection::do_start_stream(uint64_t seq, int status, std::string content_t
         status = 500;
     }
     resp_started_ = streaming_ = true;
+    sse_ = content_type.rfind("text/event-stream", 0) == 0;
+    probes_sent_ = 0;
     chunked_ = !http10_;
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the end of the body is the end of the stream
     bool has_cache_control = false, has_accel = false;
@@ -800,7 +813,30 @@ bool Connection::do_start_stream(uint64_t seq, int status, std::string content_t
                        extra),
             0);
     flush();
+    if (peer_eof_) probe_peer();  // the FIN came while the handler had not started the stream
     return true;
+}
+
+// See kResponse at the top. Two SSE comment lines, kProbeDelay apart, after the client's FIN.
+void Connection::probe_peer() {
+    constexpr auto kProbeDelay = std::chrono::milliseconds(200);
+    if (phase_ != Phase::kResponse || !streaming_ || !sse_ || resp_finished_ || head_ || probes_sent_ >= 2) return;
+    ++probes_sent_;
+    OutItem item{{}, ":\n\n", {}, 0};
+    if (chunked_) {
+        item.prefix = "3\r\n";
+        item.suffix = "\r\n";
+    }
+    out_.push_back(std::move(item));
+    flush();
+    if (probes_sent_ < 2) {
+        probe_timer_.expires_after(kProbeDelay);
+        probe_timer_.async_wait([self = shared_from_this()](error_code ec) {
+            self->guarded([&] {
+                if (!ec) self->probe_peer();
+            });
+        });
+    }
 }
 
 bool Connection::do_write(uint64_t seq, std::string chunk, size_t counted) {
@@ -1009,6 +1045,7 @@ void Connection::close() {
     }
     out_.clear();
     cancel_timer();
+    probe_timer_.cancel();
     error_code ignored;
     socket_.close(ignored);  // operations in flight complete with operation_aborted
     std::function<void()> fn = std::move(disconnect_fn_);

@@ -669,3 +669,57 @@ def test_still_serving_after_everything(server, scripted_server):
     for s in (server, scripted_server):
         _assert_serving(s)
         assert s.proc.poll() is None
+
+
+def _metric(server, name):
+    from conftest import metric_value
+    return metric_value(httpx.get(server.base + "/metrics", timeout=10).text, name)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/messages", {"max_tokens": 50, "stream": True,
+                      "messages": [{"role": "user", "content": "Hi"}]}),
+    ("/v1/chat/completions", {"max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}),
+])
+def test_stream_closed_while_queued_is_cancelled_at_once(tiny_queue_server, path, body):
+    """Issue #19's soak finding: a streaming client that closes its socket while its request
+    waits for the only slot frees its queue place at once (the server probes an event stream
+    after a FIN), not when the slot frees and its first tokens are written."""
+    server = tiny_queue_server
+    long_body = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 400,
+                 "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.base + "/v1/chat/completions", json=long_body, timeout=60) as a:
+        assert a.status_code == 200
+        lines = a.iter_lines()
+        next(line for line in lines if line.startswith("data:"))  # A holds the slot and streams
+        with _connect(server) as s:
+            model = httpx.get(server.base + "/v1/models", timeout=10).json()["data"][0]["id"]
+            data = json.dumps(dict(body, model=model)).encode()
+            s.sendall(_post_bytes(path, data, f"Content-Length: {len(data)}"))
+            deadline = time.time() + 10
+            while _metric(server, "ferrox_requests_waiting") < 1:
+                assert time.time() < deadline, "the second request never queued"
+                time.sleep(0.05)
+            # Read what was sent (headers, message_start) so that the close is a FIN, not a
+            # reset for unread data (which the server notices without any probe).
+            s.settimeout(0.5)
+            try:
+                while s.recv(1 << 16):
+                    pass
+            except socket.timeout:
+                pass
+        # Closed (FIN, then the socket is gone): the queue place is given back within a second
+        # or two, while A still runs.
+        start = time.time()
+        while _metric(server, "ferrox_requests_waiting") > 0:
+            assert time.time() - start < 3, "the closed client's request is still queued"
+            time.sleep(0.05)
+        assert _metric(server, "ferrox_requests_running") == 1
+    # A's stream closed: the server is idle again and serves a new request.
+    deadline = time.time() + 10
+    while _metric(server, "ferrox_requests_running") > 0:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    r = httpx.post(server.base + "/v1/chat/completions",
+                   json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200
