@@ -82,37 +82,28 @@ void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<in
 // The acceptance estimate of a sequence without history: a draft token is accepted with this
 // probability, worth this many observed tokens.
 constexpr double kPriorAccept = 0.6, kPriorTrials = 2;
-// Until the steps timed spread over enough batch sizes, a batch token is assumed to cost this
-// fraction of a one-token step (decode of a small model: the weights are read once per step,
-// each token adds its arithmetic).
-constexpr double kPriorTokenCost = 0.45;
+// Until a step of n tokens is timed, it is assumed to cost 1 + 0.45 (n - 1) one-token steps
+// relative to the nearest n timed (small-model decode on 2 cores: the weights are read once per
+// step, each token adds its arithmetic). Pessimistic for 2 tokens (often nearly free), so the
+// first drafts are short and the table fills in from there.
+double prior_shape(int n) { return 1 + 0.45 * (n - 1); }
 
 }  // namespace
 
-void Engine::StepCost::observe(double n, double t, double weight) {
-    constexpr double kDecay = 0.98;  // about the last 50 steps
-    w = w * kDecay + weight;
-    sn = sn * kDecay + weight * n;
-    st = st * kDecay + weight * t;
-    snn = snn * kDecay + weight * n * n;
-    snt = snt * kDecay + weight * n * t;
+void Engine::StepCost::observe(int n, double seconds) {
+    if (n < 1 || n > kMax) return;
+    t[n] = t[n] == 0 ? seconds : 0.9 * t[n] + 0.1 * seconds;
 }
 
-double Engine::StepCost::slope() const {
-    if (w <= 0) return 0;
-    const double mn = sn / w, mt = st / w;
-    // The prior's slope at the observed mean: t = a (1 + r n), b = r a.
-    const double prior = kPriorTokenCost * mt / (1 + kPriorTokenCost * mn);
-    const double var = snn - sn * mn;    // weighted sum of squared deviations of n
-    const double cov = snt - sn * mt;
-    constexpr double kPriorWeight = 4;   // worth 4 steps one token off the mean
-    const double b = (cov + kPriorWeight * prior) / (var + kPriorWeight);
-    return std::max(b, 0.02 * prior);
-}
-
-double Engine::StepCost::predict(double n) const {
-    if (w <= 0) return 0;
-    return st / w + slope() * (n - sn / w);
+double Engine::StepCost::predict(int n) const {
+    if (n < 1) return 0;
+    if (n <= kMax && t[n] > 0) return t[n];
+    const int top = std::min(n, kMax);
+    for (int d = 1; d <= kMax; ++d) {  // the nearest timed size, the smaller first
+        if (top - d >= 1 && t[top - d] > 0) return t[top - d] * prior_shape(n) / prior_shape(top - d);
+        if (top + d <= kMax && t[top + d] > 0) return t[top + d] * prior_shape(n) / prior_shape(top + d);
+    }
+    return 0;
 }
 
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
@@ -385,33 +376,6 @@ bool Engine::grow(Seq& s) {
     return true;
 }
 
-// Chooses this step's draft for a decoding sequence: prompt lookup, as long as each further
-// draft token is still expected to pay. Draft token j is accepted with probability alpha^j
-// (alpha: the sequence's decayed acceptance rate), and it costs the whole batch one token's
-// share of the step; `threshold` is that cost in tokens of output (engine.cc, step()). The
-// KV room it needs is taken only where the pool keeps a block for every running sequence.
-// Returns the number of draft tokens (in s.draft), at most `budget`.
-int Engine::draft(Seq& s, int budget, double threshold) {
-    s.draft.clear();
-    if (opts_.spec_ngram <= 0 || s.params.draft_max == 0) return 0;
-    int k_max = std::min(budget, s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max);
-    // The sequence emits at most max_total - tokens tokens: the step's own one, then drafts.
-    k_max = std::min(k_max, s.max_total - static_cast<int>(s.tokens.size()) - 1);
-    const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
-    int k = 0;
-    for (double p = alpha; k < k_max && p > threshold; p *= alpha) ++k;
-    if (k == 0) return 0;
-    ngram_draft(s.tokens, opts_.spec_ngram, k, &s.draft);
-    k = static_cast<int>(s.draft.size());
-    if (k == 0) return 0;
-    const int bs = opts_.block_size;
-    const int need = (s.n_in_kv + 1 + k + bs - 1) / bs - static_cast<int>(s.kv->blocks().size());
-    if (need > 0 && kv_->can_allocate(need + static_cast<int>(running_.size()))) (void)s.kv->reserve(s.n_in_kv + 1 + k);
-    k = std::min(k, s.kv->capacity() - s.n_in_kv - 1);
-    s.draft.resize(std::max(0, k));
-    return static_cast<int>(s.draft.size());
-}
-
 // Samples from `logits` (the sequence's row), emits the token's text and decides whether the
 // sequence ends.
 void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
@@ -560,32 +524,85 @@ void Engine::admit() {
 }
 
 // Speculative decoding: the decoding sequences (the first n_decode entries of the batch) draft
-// tokens from what is left of the step's token budget. Each draft token is one more one-token
-// entry after every sequence's own ones, at the next position over the same blocks, so the
-// forward computes it exactly as a decode step would (model.h), and its logits row follows
-// the rows of the sequences' own entries (Seq::draft_row0).
+// tokens by prompt lookup, from what is left of the step's token budget. Which draft tokens
+// are verified is priced: draft token j of a sequence is accepted with probability alpha^j
+// (alpha: that sequence's decayed acceptance rate), so tokens are taken in that order, most
+// likely first, and the step keeps the prefix of that order that maximises its expected
+// output per second, (tokens out + sum of the probabilities) / predicted time. A sequence
+// running alone where a second token is nearly free drafts even at low acceptance; 16 running
+// sequences (a step bound by arithmetic) draft only what is almost certain.
+// Each draft token is one more one-token entry after every sequence's own ones, at the next
+// position over the same blocks, so the forward computes it exactly as a decode step would
+// (model.h), and its logits row follows the rows of the sequences' own entries
+// (Seq::draft_row0). KV room for drafts is taken only where the pool keeps a block for every
+// running sequence.
 void Engine::add_drafts(int n_decode, int budget) {
     const size_t n_main = batch_.seqs.size();
     for (size_t i = 0; i < n_main; ++i) in_batch_[i]->draft.clear();
     int n_rows = 0;
     for (const BatchSeq& b : batch_.seqs) n_rows += b.want_logits ? 1 : 0;
-    if (opts_.spec_ngram <= 0 || opts_.draft_max <= 0 || n_decode == 0 || step_cost_.w <= 0) return;
-    // A draft token costs slope() seconds of everyone's step; the step yields n_rows tokens in
-    // predict(tokens) seconds, so a draft token must return slope() * n_rows / predict() tokens.
-    const double t_step = step_cost_.predict(static_cast<double>(batch_.tokens.size()));
-    if (t_step <= 0) return;
-    const double threshold = step_cost_.slope() * n_rows / t_step;
-    draft_owner_.clear();
+    const int n_tokens = static_cast<int>(batch_.tokens.size());
+    if (opts_.spec_ngram <= 0 || opts_.draft_max <= 0 || n_decode == 0 || budget <= 0) return;
+    const double t_plain = opts_.spec_unpriced ? 1 : step_cost_.predict(n_tokens);
+    if (t_plain <= 0) return;  // no step timed yet
+    // Candidates: each sequence's lookup, up to its limits.
+    using Cand = DraftCandidate;
+    std::vector<Cand>& cands = draft_cands_;
+    cands.clear();
     for (int i = 0; i < n_decode; ++i) {
         Seq& s = *in_batch_[i];
-        const int k = budget > 0 ? draft(s, budget, threshold) : 0;
-        if (k == 0) {
-            // No draft this step: the acceptance estimate drifts back toward the prior, so a
-            // sequence whose drafts failed tries again now and then.
+        const bool allowed = s.params.draft_max != 0;
+        int k_max = s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max;
+        // It emits at most max_total - tokens tokens: the step's own one, then drafts.
+        k_max = std::min({k_max, budget, s.max_total - static_cast<int>(s.tokens.size()) - 1});
+        if (allowed && k_max > 0) ngram_draft(s.tokens, opts_.spec_ngram, k_max, &s.draft);
+        if (s.draft.empty()) {
+            // No draft: the acceptance estimate drifts back toward the prior, so a sequence
+            // whose drafts failed tries again now and then.
             s.spec_hits *= 0.97;
             s.spec_trials *= 0.97;
             continue;
         }
+        const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
+        cands.push_back({&s, alpha, alpha, 0});
+    }
+    if (cands.empty()) return;
+    // Most likely draft tokens first; keep the best prefix of that order.
+    std::vector<Seq*>& order = draft_order_;
+    order.clear();
+    double out = n_rows, best_rate = n_rows / t_plain;
+    size_t best_len = 0;
+    while (static_cast<int>(order.size()) < budget && n_tokens + static_cast<int>(order.size()) < StepCost::kMax) {
+        Cand* c = nullptr;
+        for (Cand& x : cands) {
+            if (x.taken < static_cast<int>(x.s->draft.size()) && (!c || x.p > c->p)) c = &x;
+        }
+        if (!c) break;
+        out += c->p;
+        c->p *= c->alpha;
+        ++c->taken;
+        order.push_back(c->s);
+        const double rate = out / step_cost_.predict(n_tokens + static_cast<int>(order.size()));
+        if (rate > best_rate || opts_.spec_unpriced) {
+            best_rate = rate;
+            best_len = order.size();
+        }
+    }
+    for (Cand& c : cands) c.taken = 0;
+    for (size_t i = 0; i < best_len; ++i) {
+        for (Cand& c : cands) c.taken += c.s == order[i] ? 1 : 0;
+    }
+    const int bs = opts_.block_size;
+    draft_owner_.clear();
+    for (Cand& c : cands) {
+        Seq& s = *c.s;
+        int k = c.taken;
+        const int need = (s.n_in_kv + 1 + k + bs - 1) / bs - static_cast<int>(s.kv->blocks().size());
+        if (k > 0 && need > 0 && kv_->can_allocate(need + static_cast<int>(running_.size()))) {
+            (void)s.kv->reserve(s.n_in_kv + 1 + k);
+        }
+        k = std::max(0, std::min(k, s.kv->capacity() - s.n_in_kv - 1));
+        s.draft.resize(k);
         s.draft_row0 = n_rows;
         for (int j = 0; j < k; ++j) {
             BatchSeq b;
@@ -597,7 +614,6 @@ void Engine::add_drafts(int n_decode, int budget) {
             draft_owner_.push_back(&s);
             ++n_rows;
         }
-        budget -= k;
     }
     // Taking blocks for drafts may have moved a sequence's block table.
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
@@ -701,8 +717,8 @@ bool Engine::step() {
     const auto t_forward = std::chrono::steady_clock::now();
     Status st = model_->forward_model().forward(batch_, *kv_, logits_);
     // Decode-sized steps price the draft tokens (prompt chunks run other kernels).
-    if (st.is_ok() && batch_.tokens.size() <= 64) {
-        step_cost_.observe(static_cast<double>(batch_.tokens.size()),
+    if (st.is_ok()) {
+        step_cost_.observe(static_cast<int>(batch_.tokens.size()),
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count());
     }
     if (masks_launched) {

@@ -67,6 +67,8 @@ struct EngineOptions {
     // a batch token (engine.cc, draft_length). spec_ngram 0 or draft_max 0: no speculation.
     int spec_ngram = 3;
     int draft_max = 8;
+    // Verify every draft token the lookup finds, unpriced (tests and measurements).
+    bool spec_unpriced = false;
 };
 
 class Engine {
@@ -116,7 +118,6 @@ private:
     void admit();
     bool step();
     bool grow(Seq& s);
-    int draft(Seq& s, int budget, double threshold);
     void add_drafts(int n_decode, int budget);
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
@@ -145,6 +146,13 @@ private:
     Batch batch_;
     std::vector<Seq*> in_batch_;  // the sequences of batch_'s first entries, in order
     std::vector<Seq*> draft_owner_;  // the sequences of the draft entries after them
+    std::vector<Seq*> draft_order_;  // add_drafts' scratch
+    struct DraftCandidate {
+        Seq* s;
+        double alpha, p;  // acceptance estimate; the probability of its next draft token
+        int taken;        // draft tokens chosen
+    };
+    std::vector<DraftCandidate> draft_cands_;
 
     uint64_t next_order_ = 0;     // admission order, for choosing whom to preempt
     // Constrained decoding: the vocabulary's bytes (without and with control tokens' text),
@@ -171,14 +179,14 @@ private:
     std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
     std::atomic<uint64_t> n_preemptions_{0};
     std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0};
-    // The cost model of a forward step, seconds = a + b * tokens, fitted to the steps timed so
-    // far (decayed sums, seeded with a prior), which prices a draft token against what it is
-    // expected to return.
+    // What a forward step of n tokens costs (n <= kMax): a decayed mean of the steps timed
+    // with exactly n tokens, else scaled from the nearest timed n by a prior shape. Prices the
+    // draft tokens against what they are expected to return (add_drafts).
     struct StepCost {
-        double w = 0, sn = 0, st = 0, snn = 0, snt = 0;
-        void observe(double n, double t, double weight = 1);
-        double slope() const;      // b
-        double predict(double n) const;
+        static constexpr int kMax = 64;
+        double t[kMax + 1] = {};  // seconds; 0: no step of n tokens timed yet
+        void observe(int n, double seconds);
+        double predict(int n) const;  // 0 when nothing is known
     } step_cost_;
     Histogram ttft_;  // submit to first token
     Histogram itl_;   // between consecutive tokens of one request

@@ -284,7 +284,7 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<GenerationParams> params;
     for (size_t i = 0; i < asks.size(); ++i) {
-        for (int mode = 0; mode < 3; ++mode) {
+        for (int mode = 0; mode < (i == 3 ? 3 : 2); ++mode) {
             prompts.push_back(ids("<|im_start|>user\n" + asks[i] + "<|im_end|>\n<|im_start|>assistant\n"));
             GenerationParams p = greedy(40);
             p.ignore_eos = false;
@@ -293,7 +293,7 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
                 p.sampling.seed = 1234 + i;
                 p.sampling.repeat_penalty = 1.05f;
                 p.top_logprobs = 2;
-            } else if (mode == 2 && i == 3) {
+            } else if (mode == 2) {
                 p.grammar = *g;
             }
             params.push_back(p);
@@ -305,6 +305,7 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
         eo.n_ctx = n_ctx;
         eo.block_size = block_size;
         eo.spec_ngram = spec_ngram;
+        eo.spec_unpriced = true;  // every draft found is verified: deterministic counts
         auto e = Engine::create(*model_, eo);
         EXPECT_TRUE(e.has_value());
         std::vector<std::unique_ptr<Collector>> cs;
@@ -325,7 +326,9 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
     auto [batched, batched_stats] = run(3, 6, 2048, 16);
     auto [preempted, preempted_stats] = run(3, 6, 320, 8);  // 40 blocks of 8 for six of up to ~90
     EXPECT_GT(alone_stats.spec_accepted, 20u);
-    EXPECT_GT(batched_stats.spec_accepted, 0u);
+    EXPECT_GT(batched_stats.spec_accepted, 20u);
+    EXPECT_GT(preempted_stats.spec_accepted, 20u);
+    EXPECT_LT(alone_stats.spec_accepted, alone_stats.spec_drafted);  // some drafts were wrong
     EXPECT_GT(preempted_stats.n_preemptions, 0u);
     for (size_t i = 0; i < prompts.size(); ++i) {
         for (auto* other : {&alone, &batched, &preempted}) {
