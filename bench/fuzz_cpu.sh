@@ -4,12 +4,15 @@
 # Usage: bench/fuzz_cpu.sh NAME SEEDS_DIR [CPU_SECONDS=1800]
 #   NAME: jinja gguf output_parser tokenizer http safetensors; SEEDS_DIR: its committed corpus.
 # Output: build-fuzz/fuzzing/NAME.log (the last lines hold executions, cov and ft).
+# FUZZ_TIMEOUT (default 60 s) is libFuzzer's per-input limit, in wall time: a run that is paused
+# (SIGSTOP, to keep a benchmark quiet) needs one longer than any pause, or the input in flight
+# is reported as a timeout and the run ends. Replay any timeout-* artifact to check it.
 set -euo pipefail
 cd "$(dirname "$0")/../build-fuzz"
-name=$1 seeds=$2 budget=${3:-1800}
+name=$1 seeds=$2 budget=${3:-1800} limit=${FUZZ_TIMEOUT:-60}
 mkdir -p fuzzing/corpus-$name fuzzing/artifacts-$name
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  nice -n 19 bin/${name}_fuzzer -timeout=60 -print_final_stats=1 -artifact_prefix=fuzzing/artifacts-$name/ \
+  nice -n 19 bin/${name}_fuzzer -timeout=$limit -print_final_stats=1 -artifact_prefix=fuzzing/artifacts-$name/ \
   fuzzing/corpus-$name "$seeds" > fuzzing/$name.log 2>&1 &
 pid=$!
 tick=$(getconf CLK_TCK)

@@ -82,11 +82,10 @@ void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<in
 // The acceptance estimate of a sequence without history: a draft token is accepted with this
 // probability, worth this many observed tokens.
 constexpr double kPriorAccept = 0.6, kPriorTrials = 2;
-// Until a step of n tokens is timed, it is assumed to cost 1 + 0.45 (n - 1) one-token steps
-// relative to the nearest n timed (small-model decode on 2 cores: the weights are read once per
-// step, each token adds its arithmetic). Pessimistic for 2 tokens (often nearly free), so the
-// first drafts are short and the table fills in from there.
-double prior_shape(int n) { return 1 + 0.45 * (n - 1); }
+// While only one step size has been timed, each further token is assumed to cost this fraction
+// of it: optimistic (on 2 cores a small model's extra decode token costs 0.15 to 0.45 of a
+// one-token step), so that short drafts are tried and the sizes they make get timed.
+constexpr double kOptimisticTokenCost = 0.15;
 
 }  // namespace
 
@@ -95,15 +94,30 @@ void Engine::StepCost::observe(int n, double seconds) {
     t[n] = t[n] == 0 ? seconds : 0.9 * t[n] + 0.1 * seconds;
 }
 
+// A step size timed: its mean, but at most 1.2x the line through all the sizes timed (one slow
+// step, a page fault or a busy machine, must not make a size look dear for good, since a size
+// that looks dear is not chosen and so not timed again). A size not timed: interpolated
+// between the nearest timed ones, or extended along that line (kOptimisticTokenCost while
+// only one size is timed).
 double Engine::StepCost::predict(int n) const {
     if (n < 1) return 0;
-    if (n <= kMax && t[n] > 0) return t[n];
-    const int top = std::min(n, kMax);
-    for (int d = 1; d <= kMax; ++d) {  // the nearest timed size, the smaller first
-        if (top - d >= 1 && t[top - d] > 0) return t[top - d] * prior_shape(n) / prior_shape(top - d);
-        if (top + d <= kMax && t[top + d] > 0) return t[top + d] * prior_shape(n) / prior_shape(top + d);
+    double w = 0, sn = 0, st = 0, snn = 0, snt = 0;
+    int lo = 0, hi = 0;  // the nearest timed sizes at or below and at or above n
+    for (int i = 1; i <= kMax; ++i) {
+        if (t[i] <= 0) continue;
+        w += 1, sn += i, st += t[i], snn += static_cast<double>(i) * i, snt += i * t[i];
+        if (i <= n) lo = i;
+        if (i >= n && hi == 0) hi = i;
     }
-    return 0;
+    if (w == 0) return 0;
+    const double var = snn - sn * sn / w;
+    const double slope = var > 0 ? std::max(0.0, (snt - sn * st / w) / var) : kOptimisticTokenCost * st / w;
+    const auto line = [&](int x) { return st / w + slope * (x - sn / w); };
+    const auto at = [&](int i) { return var > 0 ? std::min(t[i], 1.2 * line(i)) : t[i]; };
+    if (lo == n) return at(n);
+    if (lo > 0 && hi > 0) return at(lo) + (at(hi) - at(lo)) * (n - lo) / (hi - lo);
+    if (lo > 0) return at(lo) + slope * (n - lo);
+    return std::max(0.2 * at(hi), at(hi) - slope * (hi - n));
 }
 
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
