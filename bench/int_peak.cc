@@ -1,0 +1,75 @@
+// The machine's integer multiply-add peak for the u8 x i8 products the quantized kernels use:
+// T threads (argument, default 1) each run 6 independent chains of
+// vpmaddubsw (32 byte products summed in pairs into 16-bit lanes) + vpmaddwd (the pairs into
+// 32-bit lanes) + vpaddd (the accumulate): the instruction sequence of a Q4/Q8 block product on
+// AVX2 without VNNI. Reports products per second (one u8 x i8 multiply-add = one product) as
+// GMAC/s, for the pair as the quantized kernels need it and for vpmaddubsw alone (the bound of
+// any kernel on this ISA). Built and run by bench/peak_fraction.py:
+//   g++ -O2 -mavx2 -mfma -pthread bench/int_peak.cc -o /tmp/int_peak && /tmp/int_peak 2
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kChains = 6;
+constexpr long kIters = 40'000'000;
+
+// Returns a value derived from the accumulators so the loop cannot be removed. Written out
+// chain by chain: every chain in registers, no loop over an array the compiler might keep in
+// memory.
+template <bool kWithMadd>
+__attribute__((noinline)) int run(long iters) {
+    __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2);
+    __m256i a3 = _mm256_set1_epi32(3), a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5);
+    __m256i x0 = _mm256_set1_epi8(3), x1 = _mm256_set1_epi8(4), x2 = _mm256_set1_epi8(5);
+    __m256i x3 = _mm256_set1_epi8(6), x4 = _mm256_set1_epi8(7), x5 = _mm256_set1_epi8(8);
+    const __m256i y = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+    for (long it = 0; it < iters; ++it) {
+        // The inputs are opaque each iteration: no product can be hoisted or shared.
+        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
+#define FERROX_CHAIN(a, x)                                  \
+        {                                                   \
+            __m256i p = _mm256_maddubs_epi16(x, y);         \
+            if (kWithMadd) p = _mm256_madd_epi16(p, ones);  \
+            a = _mm256_add_epi32(a, p);                     \
+        }
+        FERROX_CHAIN(a0, x0) FERROX_CHAIN(a1, x1) FERROX_CHAIN(a2, x2)
+        FERROX_CHAIN(a3, x3) FERROX_CHAIN(a4, x4) FERROX_CHAIN(a5, x5)
+#undef FERROX_CHAIN
+    }
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                       _mm256_add_epi32(a4, a5));
+    return _mm256_extract_epi32(s, 0);
+}
+
+double gmacs(int n_threads, bool with_madd) {
+    std::vector<std::thread> ts;
+    std::vector<int> sink(n_threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < n_threads; ++t) ts.emplace_back([&, t] { sink[t] = with_madd ? run<true>(kIters) : run<false>(kIters); });
+    for (auto& t : ts) t.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    volatile int keep = 0;
+    for (int v : sink) keep += v;
+    (void)keep;
+    return 32.0 * kChains * kIters * n_threads / s / 1e9;  // 32 byte products per vpmaddubsw
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int n_threads = argc > 1 ? std::atoi(argv[1]) : 1;
+    double best_pair = 0, best_alone = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        best_pair = std::max(best_pair, gmacs(n_threads, true));
+        best_alone = std::max(best_alone, gmacs(n_threads, false));
+    }
+    std::printf("{\"threads\": %d, \"maddubs_madd_gmacs\": %.2f, \"maddubs_gmacs\": %.2f}\n", n_threads, best_pair,
+                best_alone);
+    return 0;
+}
