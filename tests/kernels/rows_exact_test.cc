@@ -136,7 +136,8 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
         ASSERT_NE(k.gemm_packed8, nullptr);
         ++n_packed;
         const int64_t blk = dtype_info(t).block_elems;
-        for (int64_t n : {int64_t{256}, int64_t{576}, int64_t{2048}}) {
+        // 4160 = 130 blocks of 32: more than two of the 64-block chunks of Q4_1's AVX2 kernel.
+        for (int64_t n : {int64_t{256}, int64_t{576}, int64_t{2048}, int64_t{4160}}) {
             if (n % blk != 0) continue;
             // 24 and 72 rows end on an odd group; 48 and 72 fill the 2-pair register blocks of the
             // AVX-512 kernels (a pair of groups per register) and leave a pair over.
@@ -150,8 +151,9 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
                 }
                 k.repack8(w.data(), n, n_rows, packed.data());
                 ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
-                // 70 columns: more than one 64-column tile of the prompt kernels.
-                for (int64_t n_cols : {1, 2, 3, 4, 5, 9, 17, 70}) {
+                // 70 columns: more than one 64-column tile of the prompt kernels. 1 to 9: every
+                // split of Q4_1's AVX2 kernel (blocks of 4 columns, then 3, or 1 at a time).
+                for (int64_t n_cols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 70}) {
                     const int64_t arow = dtype_row_bytes(k.packed_act_type, n) + 8;
                     std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
                     std::vector<uint8_t> plain(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
