@@ -156,8 +156,10 @@ class FakeModel final : public ForwardModel {
                                           std::to_string(kv.ref_count(b)) +
                                           (kv.published(b) ? ", published)" : ")"));
                 }
-                auto [it, fresh] = written_.emplace(b, static_cast<int>(i_seq));
-                if (!fresh && it->second != static_cast<int>(i_seq)) {
+                // (A speculating sequence's draft entries write its own blocks: the owner is
+                // the block table, which entries of one sequence share.)
+                auto [it, fresh] = written_.emplace(b, s.block_table);
+                if (!fresh && it->second != s.block_table) {
                     return internal_error("fake: two sequences write block " + std::to_string(b));
                 }
                 const int32_t t = batch.tokens[s.i_begin + i];
@@ -186,7 +188,7 @@ class FakeModel final : public ForwardModel {
     int n_forward_ = 0;
     std::string error_;
     std::atomic<int> max_seqs_{0};
-    std::unordered_map<int32_t, int> written_;  // block -> the batch sequence writing it
+    std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
 };
 
 // Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).

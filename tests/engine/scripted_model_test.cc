@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -62,7 +63,11 @@ public:
         {
             std::unique_lock<std::mutex> lk(mu_);
             cv_.wait(lk, [&] { return open_; });
-            max_seqs_ = std::max(max_seqs_, static_cast<int>(batch.seqs.size()));
+            // Sequences, not entries: a speculating sequence adds one entry per draft token,
+            // all over its own block table.
+            std::set<const int32_t*> tables;
+            for (const BatchSeq& q : batch.seqs) tables.insert(q.block_table);
+            max_seqs_ = std::max(max_seqs_, static_cast<int>(tables.size()));
         }
         return inner_->forward(batch, kv, logits);
     }
