@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json_depth.h"
+
 namespace ferrox {
 
 namespace {
@@ -38,33 +40,10 @@ const DTypeEntry* find_dtype(const std::string& s) {
     return nullptr;
 }
 
-// Nesting depth of JSON text (brackets outside strings), so that a hostile header cannot make
-// the parser build something absurd. -1 when it exceeds `limit`.
-int json_depth(std::string_view s, int limit) {
-    int depth = 0, max_depth = 0;
-    bool in_str = false, esc = false;
-    for (char c : s) {
-        if (in_str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') in_str = false;
-            continue;
-        }
-        if (c == '"') in_str = true;
-        else if (c == '{' || c == '[') {
-            if (++depth > limit) return -1;
-            max_depth = std::max(max_depth, depth);
-        } else if (c == '}' || c == ']') {
-            --depth;
-        }
-    }
-    return max_depth;
-}
-
 // Parses a JSON object and fails on a key repeated in the top-level object (nlohmann keeps
 // the last silently; a checkpoint with two entries for one tensor is corrupt).
 bool parse_object_unique(std::string_view text, json* out, std::string* why) {
-    if (json_depth(text, kMaxJsonDepth) < 0) {
+    if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) {
         *why = "JSON nested deeper than " + std::to_string(kMaxJsonDepth);
         return false;
     }

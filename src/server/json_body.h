@@ -6,9 +6,9 @@
 //
 // Threading: pure functions.
 
-#include <cstddef>
-#include <string>
 #include <string_view>
+
+#include "core/json_depth.h"
 
 namespace ferrox {
 
@@ -16,9 +16,7 @@ namespace ferrox {
 // real one while keeping every recursive walk over a parsed value a few KB of stack.
 constexpr int kMaxJsonDepth = 64;
 
-// The nesting depth of the JSON text (0 for a scalar), counting '[' and '{' outside strings,
-// in one pass; stops counting at `limit` + 1. Malformed text gives some depth too: the parser
-// rejects it afterwards.
-int json_nesting_depth(std::string_view text, int limit = kMaxJsonDepth);
+// The nesting depth of a client's JSON text, up to the request limit (core/json_depth.h).
+inline int json_nesting_depth(std::string_view text) { return json_nesting_depth(text, kMaxJsonDepth); }
 
 }  // namespace ferrox

@@ -7,8 +7,11 @@
 
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
+#include "core/json_depth.h"
 #include "core/mmap_file.h"
 #include "tokenizer/hf_pipeline.h"
 #include "tokenizer/tokenizer.h"
@@ -281,6 +284,7 @@ Expected<VocabSpec> build_pipeline_spec(const json& tj, const json& cfg) {
     if (spec.kind == VocabKind::kSpm) spec.scores = p->scores();
     spec.unk_id = p->unk_id();
     spec.pre = "none";
+    spec.byte_level = p->byte_level();
     spec.hf_pipeline = p;
     std::unordered_map<std::string, int32_t> ids;
     for (size_t i = spec.tokens.size(); i-- > 0;) ids[spec.tokens[i]] = static_cast<int32_t>(i);
@@ -457,12 +461,23 @@ Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
 
 Expected<VocabSpec> Tokenizer::vocab_from_hf_json_text(std::string_view tokenizer_json,
                                                        std::string_view config_json) {
+    // Depth first: the parse and every walk below recurse over the document's nesting.
+    for (const std::string_view text : {tokenizer_json, config_json}) {
+        if (json_nesting_depth(text, kMaxModelJsonDepth) > kMaxModelJsonDepth) {
+            return invalid_argument("tokenizer.json: JSON nested deeper than " + std::to_string(kMaxModelJsonDepth) +
+                                    " levels");
+        }
+    }
     try {
         const json tj = json::parse(tokenizer_json);
         const json cfg = config_json.empty() ? json() : json::parse(config_json);
         return build_spec(tj, cfg);
     } catch (const json::exception& e) {
         return invalid_argument(std::string("tokenizer.json: ") + e.what());
+    } catch (const std::length_error&) {  // a table sized by a corrupt count
+        return invalid_argument("tokenizer.json: a table too large to build (a corrupt count or id?)");
+    } catch (const std::bad_alloc&) {
+        return invalid_argument("tokenizer.json: a table too large to build (a corrupt count or id?)");
     }
 }
 

@@ -35,6 +35,28 @@ Status unsupported(const std::string& what) {
     return unimplemented("tokenizer.json: " + what + " is not supported");
 }
 
+// Ids may leave holes (added tokens past the model's vocab), but not this many: an id far past
+// every table is a corrupt file, and would size the tables.
+constexpr int64_t kMaxIdHoles = 65536;
+
+// A token id from the document: an integer in [0, limit).
+Expected<int32_t> json_id(const json& v, int64_t limit, const char* what) {
+    int64_t id = -1;
+    if (v.is_number_unsigned()) {
+        id = v.get<uint64_t>() >= static_cast<uint64_t>(limit) ? limit : static_cast<int64_t>(v.get<uint64_t>());
+    } else if (v.is_number_integer()) {
+        id = v.get<int64_t>();
+    } else {
+        return invalid_argument(std::string("tokenizer.json: ") + what + " id is a " + v.type_name() +
+                                ", not an integer");
+    }
+    if (id < 0 || id >= limit || id > INT32_MAX) {
+        return invalid_argument(std::string("tokenizer.json: ") + what + " id " + v.dump() + " is out of range [0, " +
+                                std::to_string(limit) + ")");
+    }
+    return static_cast<int32_t>(id);
+}
+
 std::string jstr(const json& j, const char* key, const std::string& def = "") {
     if (!j.contains(key) || j.at(key).is_null()) return def;
     return j.at(key).get<std::string>();
@@ -1133,19 +1155,26 @@ uint64_t pair_key(int32_t a, int32_t b) {
 Status HfPipeline::Impl::parse_model(const json& m) {
     const std::string type = jstr(m, "type");
     auto add_vocab = [&](const std::string& text, int32_t id) {
-        if (id < 0) return;
         if (static_cast<size_t>(id) >= id_to_token.size()) id_to_token.resize(id + 1);
         id_to_token[id] = text;
         vocab.emplace(text, id);
+    };
+    // A vocab object: text -> id.
+    auto add_vocab_map = [&](const json& v) -> Status {
+        if (!v.is_object()) return invalid_argument("tokenizer.json: model vocab is not an object");
+        const int64_t limit = static_cast<int64_t>(v.size()) + kMaxIdHoles;
+        for (auto it = v.begin(); it != v.end(); ++it) {
+            FERROX_ASSIGN_OR_RETURN(const int32_t id, json_id(it.value(), limit, "model vocab"));
+            add_vocab(it.key(), id);
+        }
+        return Status::ok();
     };
     if (type == "BPE" || (type.empty() && m.contains("merges"))) {
         model = Model::kBpe;
         if (m.contains("dropout") && !m.at("dropout").is_null()) {
             return unsupported("model BPE dropout " + m.at("dropout").dump());
         }
-        for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) {
-            add_vocab(it.key(), it.value().get<int32_t>());
-        }
+        FERROX_RETURN_IF_ERROR(add_vocab_map(m.at("vocab")));
         prefix = jstr(m, "continuing_subword_prefix");
         suffix = jstr(m, "end_of_word_suffix");
         byte_fallback = jbool(m, "byte_fallback", false);
@@ -1180,9 +1209,7 @@ Status HfPipeline::Impl::parse_model(const json& m) {
     }
     if (type == "WordPiece") {
         model = Model::kWordPiece;
-        for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) {
-            add_vocab(it.key(), it.value().get<int32_t>());
-        }
+        FERROX_RETURN_IF_ERROR(add_vocab_map(m.at("vocab")));
         prefix = jstr(m, "continuing_subword_prefix", "##");
         max_chars = m.value("max_input_chars_per_word", 100);
         unk = vocab_id(jstr(m, "unk_token", "[UNK]"));
@@ -1190,9 +1217,7 @@ Status HfPipeline::Impl::parse_model(const json& m) {
     }
     if (type == "WordLevel") {
         model = Model::kWordLevel;
-        for (auto it = m.at("vocab").begin(); it != m.at("vocab").end(); ++it) {
-            add_vocab(it.key(), it.value().get<int32_t>());
-        }
+        FERROX_RETURN_IF_ERROR(add_vocab_map(m.at("vocab")));
         if (m.contains("unk_token") && m.at("unk_token").is_string()) {
             unk = vocab_id(m.at("unk_token").get<std::string>());
         }
@@ -1211,7 +1236,9 @@ Status HfPipeline::Impl::parse_model(const json& m) {
             min_score = std::min(min_score, score);
             max_piece_bytes = std::max(max_piece_bytes, piece.size());
         }
-        if (m.contains("unk_id") && !m.at("unk_id").is_null()) unk = m.at("unk_id").get<int32_t>();
+        if (m.contains("unk_id") && !m.at("unk_id").is_null()) {
+            FERROX_ASSIGN_OR_RETURN(unk, json_id(m.at("unk_id"), static_cast<int64_t>(v.size()), "model unk_id"));
+        }
         byte_fallback = jbool(m, "byte_fallback", false);
         return Status::ok();
     }
@@ -1227,8 +1254,10 @@ Status HfPipeline::Impl::parse_post(const json& p) {
     }
     if (type == "ByteLevel") return Status::ok();  // offsets only
     if (type == "BertProcessing" || type == "RobertaProcessing") {
-        post_before.push_back(p.at("cls").at(1).get<int32_t>());
-        post_after.push_back(p.at("sep").at(1).get<int32_t>());
+        FERROX_ASSIGN_OR_RETURN(const int32_t cls, json_id(p.at("cls").at(1), INT32_MAX, "post_processor cls"));
+        FERROX_ASSIGN_OR_RETURN(const int32_t sep, json_id(p.at("sep").at(1), INT32_MAX, "post_processor sep"));
+        post_before.push_back(cls);
+        post_after.push_back(sep);
         return Status::ok();
     }
     if (type == "TemplateProcessing") {
@@ -1248,7 +1277,8 @@ Status HfPipeline::Impl::parse_post(const json& p) {
                 return invalid_argument("tokenizer.json: template token '" + name + "' undefined");
             }
             for (const json& id : special.at(name).at("ids")) {
-                (seen_seq ? post_after : post_before).push_back(id.get<int32_t>());
+                FERROX_ASSIGN_OR_RETURN(const int32_t i, json_id(id, INT32_MAX, "post_processor special token"));
+                (seen_seq ? post_after : post_before).push_back(i);
             }
         }
         return Status::ok();
@@ -1556,8 +1586,15 @@ Expected<std::shared_ptr<const HfPipeline>> HfPipeline::from_json(const json& tj
 
     size_t n = m.id_to_token.size();
     const json added = field("added_tokens");
+    if (!added.is_null() && !added.is_array()) return invalid_argument("tokenizer.json: added_tokens is not an array");
+    std::vector<int32_t> added_ids;
     if (!added.is_null()) {
-        for (const json& a : added) n = std::max<size_t>(n, a.at("id").get<size_t>() + 1);
+        const int64_t limit = static_cast<int64_t>(n + added.size()) + kMaxIdHoles;
+        for (const json& a : added) {
+            FERROX_ASSIGN_OR_RETURN(const int32_t id, json_id(a.at("id"), limit, "added token"));
+            added_ids.push_back(id);
+            n = std::max<size_t>(n, static_cast<size_t>(id) + 1);
+        }
     }
     std::vector<uint8_t> present(n, 0);
     m.id_to_token.resize(n);
@@ -1565,9 +1602,10 @@ Expected<std::shared_ptr<const HfPipeline>> HfPipeline::from_json(const json& tj
     m.types.assign(n, TokenType::kNormal);
     m.is_special.assign(n, 0);
     if (!added.is_null()) {
-        for (const json& a : added) {
+        for (size_t i = 0; i < added.size(); ++i) {
+            const json& a = added[i];
             AddedToken t;
-            t.id = a.at("id").get<int32_t>();
+            t.id = added_ids[i];
             const std::string content = a.at("content").get<std::string>();
             t.special = jbool(a, "special", false);
             t.single_word = jbool(a, "single_word", false);
@@ -1681,10 +1719,27 @@ std::string HfPipeline::piece(int32_t id) const {
     return m.decode_raw({id});
 }
 
+std::optional<std::string> HfPipeline::stream_piece(int32_t prev, int32_t id, bool skip_special) const {
+    const Impl& m = *impl_;
+    if (id < 0 || static_cast<size_t>(id) >= m.id_to_token.size()) return std::nullopt;
+    if (m.types[id] == TokenType::kUndefined) return std::nullopt;
+    if (skip_special && m.is_special[id]) return std::nullopt;
+    if (prev == -2) return piece(id);
+    if (prev < 0 || static_cast<size_t>(prev) >= m.id_to_token.size()) return m.decode_raw({id});
+    const std::string base = m.decode_raw({prev});
+    std::string with = m.decode_raw({prev, id});
+    if (with.compare(0, base.size(), base) == 0) return with.substr(base.size());
+    return piece(id);  // the pair rewrites the previous token's text: its usual piece
+}
+
 const std::vector<std::string>& HfPipeline::tokens() const { return impl_->id_to_token; }
 const std::vector<TokenType>& HfPipeline::token_types() const { return impl_->types; }
 const std::vector<float>& HfPipeline::scores() const { return impl_->scores; }
 int32_t HfPipeline::unk_id() const { return impl_->unk; }
+bool HfPipeline::byte_level() const {
+    return std::any_of(impl_->dec.begin(), impl_->dec.end(),
+                       [](const DecStep& d) { return d.kind == DecStep::Kind::kByteLevel; });
+}
 VocabKind HfPipeline::kind() const {
     switch (impl_->model) {
         case Impl::Model::kBpe:

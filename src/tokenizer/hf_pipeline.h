@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
@@ -40,12 +41,21 @@ class HfPipeline {
     // The bytes one token contributes when decoded alone, without UTF-8 repair (for
     // streaming); "" for ids out of range.
     std::string piece(int32_t id) const;
+    // Streaming, as HF's DecodeStream: the bytes `id` adds to a decode() whose last kept token
+    // was `prev` (-1: `id` is the first; -2: `id` continues earlier text, its piece()), with the
+    // decoders seeing both tokens (a BPEDecoder's
+    // suffix is a space only before another token, Strip after Fuse and Metaspace treat the
+    // first token apart, CTC drops a repeat); without UTF-8 repair. nullopt when decode() drops
+    // `id` (out of range, unassigned, or special with skip_special).
+    std::optional<std::string> stream_piece(int32_t prev, int32_t id, bool skip_special) const;
 
     // id -> token text (model vocab and added tokens), token types, Unigram scores.
     const std::vector<std::string>& tokens() const;
     const std::vector<TokenType>& token_types() const;
     const std::vector<float>& scores() const;
     VocabKind kind() const;
+    // The decoder maps token text to bytes through GPT-2's byte alphabet (a ByteLevel step).
+    bool byte_level() const;
     int32_t unk_id() const;
 
     struct Impl;

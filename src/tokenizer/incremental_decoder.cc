@@ -32,10 +32,11 @@ size_t lead_length(uint8_t b) {
 }  // namespace
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, Options options)
-    : tokenizer_(tokenizer), options_(options) {}
+    : tokenizer_(tokenizer), options_(options), pipeline_(tokenizer.has_hf_pipeline()) {}
 
 void IncrementalDecoder::reset() {
     first_ = true;
+    prev_ = kNone;
     n_pending_ = 0;
     n_needed_ = 0;
 }
@@ -70,14 +71,24 @@ void IncrementalDecoder::push_byte(uint8_t b, std::string& out) {
 }
 
 void IncrementalDecoder::push(int32_t id, std::string& out) {
-    std::string_view piece = tokenizer_.token_to_piece(id, options_.special);
-    if (first_) {
-        first_ = false;
-        if (options_.strip_leading_space && tokenizer_.add_space_prefix() && !piece.empty() &&
+    std::string owned;  // an HF pipeline's piece
+    std::string_view piece;
+    if (pipeline_) {
+        // With strip_leading_space off, the first token continues a prompt: its usual piece.
+        const int32_t prev = prev_ == kNone && !options_.strip_leading_space ? Tokenizer::kStreamContinues : prev_;
+        std::optional<std::string> p = tokenizer_.hf_stream_piece(prev, id, options_.special);
+        if (!p) return;  // decode() skips it
+        owned = std::move(*p);
+        piece = owned;
+        prev_ = id;
+    } else {
+        piece = tokenizer_.token_to_piece(id, options_.special);
+        if (first_ && options_.strip_leading_space && tokenizer_.add_space_prefix() && !piece.empty() &&
             piece.front() == ' ') {
             piece.remove_prefix(1);
         }
     }
+    first_ = false;
     // Fast path: nothing pending and the whole piece is ASCII.
     size_t i = 0;
     if (n_pending_ == 0) {

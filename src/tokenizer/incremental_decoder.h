@@ -4,7 +4,9 @@
 // a byte sequence that can never complete is replaced by U+FFFD as soon as that is certain
 // (one U+FFFD per maximal invalid subpart, as Unicode recommends), and flush() replaces an
 // unfinished tail with U+FFFD. Concatenating every push() and flush() equals
-// Tokenizer::decode() of the same ids whenever that decode is valid UTF-8.
+// Tokenizer::decode() of the same ids whenever that decode is valid UTF-8. (An HF tokenizer.json
+// pipeline's decode() repairs on its own: its ByteFallback step turns a run of byte tokens that
+// is not UTF-8 into one U+FFFD per byte; then the two differ in the number of U+FFFD.)
 //
 // Threading: one decoder per stream; not thread-safe. The Tokenizer must outlive it.
 
@@ -19,8 +21,9 @@ class IncrementalDecoder {
   public:
     struct Options {
         bool special = false;  // render control tokens' text (as DecodeOptions::special)
-        // Drop one leading space of the first token when the vocab adds a space prefix
-        // (llama.cpp's detokenize). Turn off when decoding a continuation of a prompt.
+        // Decode the first token as decode() does (the vocab's space prefix dropped, as
+        // llama.cpp's detokenize; an HF decoder's first-token rules). Turn off when decoding a
+        // continuation of a prompt.
         bool strip_leading_space = true;
     };
 
@@ -51,7 +54,10 @@ class IncrementalDecoder {
 
     const Tokenizer& tokenizer_;
     Options options_;
+    const bool pipeline_;  // an HF pipeline: pieces from Tokenizer::hf_stream_piece
     bool first_ = true;
+    static constexpr int32_t kNone = Tokenizer::kStreamFirst;
+    int32_t prev_ = kNone;  // the last token a pipeline's decode() keeps
     uint8_t pending_[4] = {};
     size_t n_pending_ = 0;
     size_t n_needed_ = 0;  // total length of the pending sequence

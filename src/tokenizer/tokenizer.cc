@@ -698,6 +698,14 @@ std::string_view Tokenizer::token_to_piece(int32_t id, bool special) const {
     return m.pieces[id];
 }
 
+bool Tokenizer::has_hf_pipeline() const { return impl_->spec.hf_pipeline != nullptr; }
+
+std::optional<std::string> Tokenizer::hf_stream_piece(int32_t prev, int32_t id, bool special) const {
+    const VocabSpec& s = impl_->spec;
+    if (s.hf_pipeline) return s.hf_pipeline->stream_piece(prev, id, !special);
+    return std::string(token_to_piece(id, special));
+}
+
 namespace {
 
 // llama.cpp's detokenize clean-up of tokenization spaces.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +58,14 @@ class Tokenizer {
     // The bytes of one token. Control/unknown/unused tokens are "" unless `special`.
     // The view stays valid for the Tokenizer's lifetime. Out-of-range ids give "".
     std::string_view token_to_piece(int32_t id, bool special = false) const;
+    // Streaming an HF tokenizer.json pipeline (IncrementalDecoder): the bytes `id` adds to a
+    // decode() whose last kept token was `prev`, which may depend on both; prev kStreamFirst:
+    // `id` comes first and gets decode()'s first-token rules; kStreamContinues: `id` continues
+    // text decoded elsewhere (a prompt). nullopt when decode() skips `id` (a special token
+    // without `special`). Without a pipeline a token's bytes are its token_to_piece.
+    static constexpr int32_t kStreamFirst = -1, kStreamContinues = -2;
+    bool has_hf_pipeline() const;
+    std::optional<std::string> hf_stream_piece(int32_t prev, int32_t id, bool special = false) const;
 
     int32_t n_vocab() const;
     int32_t bos() const;

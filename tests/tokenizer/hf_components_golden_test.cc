@@ -10,6 +10,7 @@
 
 #include "test_util.h"
 #include "tokenizer/hf_pipeline.h"
+#include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -82,6 +83,53 @@ TEST(HfComponents, PiecesConcatenateToDecode) {
             DecodeOptions all;
             all.special = true;
             EXPECT_EQ(cat, (*tok)->decode(ids, all)) << name << " " << i;
+        }
+    }
+}
+
+// What a client streaming the ids sees (IncrementalDecoder, one token at a time) is what HF's
+// decode of all of them gives, on every component: the decoders that look at a token's
+// neighbours (Strip after Fuse and Metaspace on the first token, BPEDecoder's suffix, CTC's
+// repeats, WordPiece's prefix) see the previous token too, as HF's DecodeStream does.
+TEST(HfComponents, StreamedTextEqualsHfDecode) {
+    size_t n_checked = 0;
+    for (const std::string& name : manifest()) {
+        auto tok = Tokenizer::from_hf_json(kDir + name + ".json");
+        ASSERT_TRUE(tok.has_value()) << tok.status().to_string();
+        const json exp = json::parse(test::read_all(kDir + name + ".expected.json"));
+        for (size_t i = 0; i < exp.at("inputs").size(); ++i) {
+            const auto ids = exp.at("ids")[i].get<std::vector<int32_t>>();
+            for (const bool special : {false, true}) {
+                IncrementalDecoder::Options o;
+                o.special = special;
+                IncrementalDecoder dec(**tok, o);
+                std::string streamed;
+                for (int32_t id : ids) dec.push(id, streamed);
+                dec.flush(streamed);
+                const std::string want = exp.at(special ? "decode" : "decode_skip_special")[i].get<std::string>();
+                EXPECT_EQ(streamed, want) << name << " input " << i << (special ? " (special)" : "");
+                ++n_checked;
+            }
+        }
+    }
+    EXPECT_GT(n_checked, 500u);
+}
+
+// Ids in a tokenizer.json size its tables: one that is negative, fractional, not a number or
+// far past the vocab is a one-line error (it was a std::bad_alloc escaping the loader).
+TEST(HfComponents, CorruptIdsAreOneLineErrors) {
+    const json base = json::parse(test::read_all(kDir + "bpe_byte_fallback_llama_added.json"));
+    const std::vector<json> bad = {-1, 4294967296.5, 2147483647, 1e300, "7", nullptr};
+    for (const json& v : bad) {
+        for (int where = 0; where < 2; ++where) {
+            json d = base;
+            if (where == 0) d["added_tokens"][0]["id"] = v;
+            else d["model"]["vocab"].begin().value() = v;
+            auto tok = Tokenizer::from_hf_json_text(d.dump(), "");
+            ASSERT_FALSE(tok.has_value()) << v.dump() << " at " << where;
+            const std::string msg = tok.status().to_string();
+            EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+            EXPECT_NE(msg.find("id"), std::string::npos) << msg;
         }
     }
 }

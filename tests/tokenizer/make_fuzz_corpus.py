@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Writes tests/tokenizer/fuzz_corpus/, the seeds of tokenizer_fuzz.cc (run from anywhere).
+"""Writes tests/tokenizer/fuzz_corpus/, the seeds of tokenizer_fuzz.cc, and
+tests/tokenizer/hf_pipeline_corpus/, the text seeds of hf_pipeline_fuzz.cc (run from anywhere).
 
 A seed is one byte that picks the tokenizer and the flags (see tokenizer_fuzz.cc: low 3 bits
 the family, bit 3 add_special, bit 4 parse_special), then the text. The texts are real ones:
 slices of tests/tokenizer/corpus.txt (prose in many scripts, code, numbers, emoji, odd
 whitespace) and the chat markup each family's templates emit. Files named crash-* or
 regress-* are inputs the fuzzer found; this script leaves them alone.
+
+hf_pipeline_fuzz.cc's text seeds: byte 0 = the component's index in
+golden/hf_components/MANIFEST (bit 6 add_special, bit 7 parse_special), then the inputs its
+golden file was made with. Its document seeds are the component files themselves (pass that
+directory to the fuzzer as a second corpus).
 """
+import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,6 +69,32 @@ def main():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
     print(f"wrote {len(seeds)} seeds to {OUT}")
+    write_pipeline_seeds()
+
+
+def write_pipeline_seeds():
+    out = os.path.join(HERE, "hf_pipeline_corpus")
+    comp = os.path.join(HERE, "golden", "hf_components")
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(out):
+        if not name.startswith(("crash-", "regress-")):
+            os.remove(os.path.join(out, name))
+    with open(os.path.join(comp, "MANIFEST"), encoding="utf-8") as f:
+        names = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+    assert len(names) <= 63
+    n = 0
+    for i, name in enumerate(names):
+        with open(os.path.join(comp, name + ".expected.json"), encoding="utf-8") as f:
+            inputs = json.load(f)["inputs"]
+        for k in range(0, len(inputs), 15):
+            flags = (64 if k % 30 == 0 else 0) | (128 if k % 45 == 0 else 0)
+            with open(os.path.join(out, f"{name}-{k // 15:02d}"), "wb") as f:
+                f.write(bytes([i | flags]) + "\n".join(inputs[k:k + 15]).encode("utf-8"))
+            n += 1
+        with open(os.path.join(out, f"{name}-invalid-utf8"), "wb") as f:
+            f.write(bytes([i | 192]) + "naï".encode()[:-1] + b" \x80 \xc0\x80 \xff\xfe")
+        n += 1
+    print(f"wrote {n} seeds to {out}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,6 @@
 // Fuzz target: arbitrary text through encode and decode of every tokenizer family ferrox
 // supports, loaded once per process from the shared test data. Besides crashes, hangs and
-// sanitizer reports it aborts when a contract breaks:
-//  - every id encode() returns is inside the vocabulary;
-//  - the IncrementalDecoder's output is valid UTF-8, and equals decode() whenever decode() is;
-//  - for valid UTF-8 input, decode(encode(x)) is valid UTF-8;
-//  - for byte-level BPE and valid UTF-8 input, decode(encode(x)) == x (NFC-normalized when the
-//    tokenizer normalizes: qwen3), control tokens rendered and added BOS/EOS removed.
+// sanitizer reports it aborts when a contract of fuzz_checks.h breaks.
 //
 // Input: byte 0 picks the tokenizer (low 3 bits, % kNumFamilies) and the flags (bit 3:
 // add_special, bit 4: parse_special); the rest is the text.
@@ -19,10 +14,9 @@
 #include <vector>
 
 #include "engine/tokenizer_gguf.h"
+#include "fuzz_checks.h"
 #include "loader/gguf.h"
-#include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
 
 #ifndef FERROX_TESTDATA_DIR
 #error "FERROX_TESTDATA_DIR must name the shared test data (tests/CMakeLists.txt sets it)"
@@ -43,12 +37,6 @@ constexpr const char* kFamilies[] = {
     "gguf:phi-3",      // SentencePiece with rstrip special tokens
 };
 constexpr size_t kNumFamilies = sizeof(kFamilies) / sizeof(kFamilies[0]);
-
-[[noreturn]] void fail(const char* family, const char* what, std::string_view text) {
-    std::fprintf(stderr, "tokenizer_fuzz: %s: %s (input of %zu bytes)\n", family, what,
-                 text.size());
-    std::abort();
-}
 
 std::unique_ptr<Tokenizer> load(std::string_view family) {
     const std::string data = FERROX_TESTDATA_DIR;
@@ -83,55 +71,6 @@ const std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {
     return *all;
 }
 
-bool all_normal(const Tokenizer& tok, const std::vector<int32_t>& ids) {
-    for (int32_t id : ids) {
-        if (tok.token_type(id) != ferrox::TokenType::kNormal) return false;
-    }
-    return true;
-}
-
-void check(const char* family, const Tokenizer& tok, std::string_view text, bool add_special,
-           bool parse_special) {
-    const std::vector<int32_t> ids = tok.encode(text, add_special, parse_special);
-    for (int32_t id : ids) {
-        if (id < 0 || id >= tok.n_vocab()) fail(family, "encode returned an id out of range", text);
-        (void)tok.token_to_piece(id, true);
-    }
-    const std::string decoded = tok.decode(ids);
-    const bool decoded_valid = ferrox::utf8_is_valid(decoded);
-
-    ferrox::IncrementalDecoder inc(tok);
-    std::string streamed;
-    for (int32_t id : ids) inc.push(id, streamed);
-    inc.flush(streamed);
-    if (!ferrox::utf8_is_valid(streamed)) fail(family, "IncrementalDecoder gave invalid UTF-8", text);
-    if (decoded_valid && streamed != decoded) {
-        fail(family, "IncrementalDecoder differs from decode()", text);
-    }
-
-    if (!ferrox::utf8_is_valid(text)) return;
-    if (!decoded_valid) fail(family, "decode(encode(x)) of valid UTF-8 is invalid UTF-8", text);
-
-    const ferrox::VocabSpec& spec = tok.spec();
-    if (spec.kind != ferrox::VocabKind::kBpe || !spec.byte_level) return;
-    ferrox::DecodeOptions opt;
-    opt.special = true;
-    opt.remove_special = add_special;
-    const std::string round = tok.decode(ids, opt);
-    std::string expected(text);
-    if (spec.normalizer == ferrox::Normalizer::kNfc) {
-        // Added tokens are split off before normalizing (as HF does), so NFC of the whole
-        // text is only the oracle when no added token matched, or when x is NFC already.
-        const std::string nfc = ferrox::utf8_nfc(text);
-        if (nfc != expected) {
-            std::vector<int32_t> plain = tok.encode(text, false, parse_special);
-            if (!all_normal(tok, plain)) return;
-            expected = nfc;
-        }
-    }
-    if (round != expected) fail(family, "byte-level BPE: decode(encode(x)) != x", text);
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -141,6 +80,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool add_special = (data[0] & 8) != 0;
     const bool parse_special = (data[0] & 16) != 0;
     std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-    check(kFamilies[i_family], *toks[i_family], text, add_special, parse_special);
+    ferrox::fuzz::check_encode_decode(kFamilies[i_family], *toks[i_family], text, add_special, parse_special);
     return 0;
 }

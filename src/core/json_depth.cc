@@ -1,4 +1,4 @@
-#include "server/json_body.h"
+#include "core/json_depth.h"
 
 namespace ferrox {
 
