@@ -13,6 +13,14 @@
 //   6; or a per-layer bool array) says which; local layers use rope.freq_base_swa (default
 //   10000, scale 1), global ones rope.freq_base and the rope scaling;
 // - final_logit_softcapping when present (none in Gemma 3's released checkpoints).
+//
+// gemma2 (Gemma 2), the same block without the QK norm, plus (as llama.cpp's gemma2 graph):
+// - attn_logit_softcapping: scores = c * tanh(scores / c) before the mask and softmax;
+// - final_logit_softcapping on the logits;
+// - sliding window (default 4096) on every other layer (pattern default 2: even layers local),
+//   one RoPE base for both kinds (rope.freq_base_swa if present, else rope.freq_base);
+// - the query scale 1 / sqrt(head_dim) (or n_embd / n_head for the 46-layer 27B), Q·K unscaled;
+// - the output tied to token_embd (the converter writes no output.weight).
 #include <cmath>
 
 #include "model/model.h"
@@ -21,9 +29,19 @@ namespace ferrox {
 
 namespace {
 
-Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
+// What differs between the generations' readers (llama.cpp's defaults for each).
+struct GemmaRules {
+    int n_swa;           // attention.sliding_window when absent (0: none)
+    int swa_pattern;     // attention.sliding_window_pattern when absent
+    int n_layer_27b;     // the 27B's layer count, whose query scale uses n_embd / n_head
+    bool swa_base_is_global;  // rope.freq_base_swa defaults to rope.freq_base (else 10000)
+    bool attn_softcap;   // reads attn_logit_softcapping
+};
+
+Status read_gemma_hparams(const GgufFile& f, ModelHParams* hp, const GemmaRules& rules) {
     const std::string p = hp->arch + ".";
     hp->embd_scale = std::sqrt(static_cast<float>(hp->n_embd));
+    hp->n_swa = rules.n_swa;
     FERROX_RETURN_IF_ERROR(read_hparam_int(f, p + "attention.sliding_window", false, 0, 1 << 26, &hp->n_swa));
     if (hp->n_swa > 0) {
         hp->swa_layers.assign(hp->n_layer, 0);
@@ -41,12 +59,13 @@ Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
                 hp->swa_layers[il] = *v != 0;
             }
         } else {
-            int n_pattern = 6;
+            int n_pattern = rules.swa_pattern;
             FERROX_RETURN_IF_ERROR(read_hparam_int(f, key, false, 0, 4096, &n_pattern));
             for (int il = 0; il < hp->n_layer; ++il) {
                 hp->swa_layers[il] = n_pattern == 0 || il % n_pattern < n_pattern - 1;
             }
         }
+        if (rules.swa_base_is_global) hp->rope_freq_base_swa = hp->rope_freq_base;
         FERROX_ASSIGN_OR_RETURN(auto base_swa, f.get_float(p + "rope.freq_base_swa"));
         if (base_swa) {
             if (!(*base_swa > 1)) return f.error("rope.freq_base_swa must be > 1");
@@ -58,7 +77,7 @@ Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
         if (!(*scale > 0)) return f.error("attention.scale must be > 0");
         hp->q_scale = static_cast<float>(*scale);
     } else {
-        const int d = hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim;
+        const int d = hp->n_layer == rules.n_layer_27b ? hp->n_embd / hp->n_head : hp->head_dim;
         hp->q_scale = 1.0f / std::sqrt(static_cast<float>(d));
     }
     hp->kq_scale = 1.0f;
@@ -67,7 +86,24 @@ Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
         if (!(*cap >= 0)) return f.error("final_logit_softcapping must be >= 0");
         hp->final_logit_softcap = static_cast<float>(*cap);
     }
+    if (rules.attn_softcap) {
+        FERROX_ASSIGN_OR_RETURN(auto attn_cap, f.get_float(p + "attn_logit_softcapping"));
+        if (attn_cap) {
+            if (!(*attn_cap >= 0)) return f.error("attn_logit_softcapping must be >= 0");
+            hp->attn_logit_softcap = static_cast<float>(*attn_cap);
+        }
+    }
     return Status::ok();
+}
+
+Status read_gemma3_hparams(const GgufFile& f, ModelHParams* hp) {
+    return read_gemma_hparams(f, hp, {.n_swa = 0, .swa_pattern = 6, .n_layer_27b = 62,
+                                      .swa_base_is_global = false, .attn_softcap = false});
+}
+
+Status read_gemma2_hparams(const GgufFile& f, ModelHParams* hp) {
+    return read_gemma_hparams(f, hp, {.n_swa = 4096, .swa_pattern = 2, .n_layer_27b = 46,
+                                      .swa_base_is_global = true, .attn_softcap = true});
 }
 
 }  // namespace
@@ -79,5 +115,13 @@ extern const ArchTraits kArchGemma3 = {.name = "gemma3",
                                        .post_norms = true,
                                        .ffn_act = FfnActivation::kGeluTanh,
                                        .read_hparams = read_gemma3_hparams};
+
+extern const ArchTraits kArchGemma2 = {.name = "gemma2",
+                                       .rope_ordering = RopeOrdering::kNeox,
+                                       .qkv_bias = false,
+                                       .qk_norm = false,
+                                       .post_norms = true,
+                                       .ffn_act = FfnActivation::kGeluTanh,
+                                       .read_hparams = read_gemma2_hparams};
 
 }  // namespace ferrox

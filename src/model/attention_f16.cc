@@ -8,6 +8,11 @@
 
 namespace ferrox {
 
+void attn_softcap(float* s, int n, float c) {
+    const float inv_c = 1.0f / c;
+    for (int i = 0; i < n; ++i) s[i] = std::tanh(s[i] * inv_c) * c;
+}
+
 namespace {
 
 // The scalar versions follow the same orders with std::fma, so they give the same bits.

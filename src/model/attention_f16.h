@@ -66,6 +66,10 @@ void attn_dots_prefill_group(const float* q, int n_q, const uint16_t* k, int str
 
 const AttnF16Kernels& attn_f16_kernels();
 
+// Attention logit soft-capping (Gemma 2), in ggml's steps: s = c * tanhf(s * (1 / c)), each a
+// float operation as ggml_scale, ggml_tanh, ggml_scale do. Called only when c > 0.
+void attn_softcap(float* s, int n, float c);
+
 // The run kernels, built on a table's one-row functions (inlined where they are constants).
 template <float (*DotDecode)(const float*, const uint16_t*, int), float (*DotPrefill)(const float*, const uint16_t*, int)>
 void attn_dots_run(bool prefill, const float* q, const uint16_t* k, int stride, int count, int n, float scale,

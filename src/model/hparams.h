@@ -42,6 +42,7 @@ struct ModelHParams {
     float kq_scale = 0.0f;  // scale of Q·K; 0: 1 / sqrt(head_dim)
     float embd_scale = 1.0f;  // multiplies the token embeddings (gemma: sqrt(n_embd))
     float final_logit_softcap = 0.0f;  // logits = c * tanh(logits / c) when > 0
+    float attn_logit_softcap = 0.0f;   // scores = c * tanh(scores / c) before the softmax when > 0 (gemma2)
 
     bool is_swa(int il) const { return n_swa > 0 && !swa_layers.empty() && swa_layers[il] != 0; }
 

@@ -21,9 +21,11 @@ extern const ArchTraits kArchMistral;
 extern const ArchTraits kArchQwen2;
 extern const ArchTraits kArchQwen3;
 extern const ArchTraits kArchGemma3;
+extern const ArchTraits kArchGemma2;
 
 const ArchTraits* find_arch(const std::string& name) {
-    for (const ArchTraits* a : {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3, &kArchGemma3}) {
+    for (const ArchTraits* a :
+         {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchGemma2}) {
         if (name == a->name) return a;
     }
     return nullptr;
@@ -542,6 +544,7 @@ Status Model::check_kv_type(KvType type) const {
 }
 
 // Causal attention of every batch token over its own sequence's cached positions.
+// Gemma 2 soft-caps each query's scores (attn_softcap) between the dots and the softmax.
 //
 // Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the sums run
 // in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
@@ -564,6 +567,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const size_t row_bytes = kv.geometry().row_bytes();
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
+    const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
     const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
@@ -614,6 +618,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                         reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
                     fk.dots(false, qh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p);
                 }
+                if (cap > 0) attn_softcap(scores + first_kv, last_kv - first_kv, cap);
                 softmax_inplace(scores + first_kv, last_kv - first_kv);
                 std::fill(scores + p_begin, scores + first_kv, 0.0f);
                 std::fill(acc, acc + static_cast<size_t>(kDecodeRows) * hd, 0.0f);
@@ -645,6 +650,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int first_kv = window_begin(pos);
                 for (int g = 0; g < nh; ++g) {
                     float* sc = scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx;
+                    if (cap > 0) attn_softcap(sc + first_kv, pos + 1 - first_kv, cap);
                     softmax_inplace(sc + first_kv, pos + 1 - first_kv);
                     std::fill(sc + v_begin, sc + first_kv, 0.0f);
                 }
@@ -693,6 +699,7 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;
+    const float cap = hp.attn_logit_softcap;
     const QuantKernels& kq = quant_kernels(DType::kQ8_0);
     Scratch& s = *s_;
     pool_->run([&](int i_thread, int n_threads) {
@@ -713,6 +720,7 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
                 const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
+            if (cap > 0) attn_softcap(scores + first_kv, n_kv - first_kv, cap);
             softmax_inplace(scores + first_kv, n_kv - first_kv);
             std::fill(acc, acc + hd, 0.0f);
             for (int p = first_kv; p < n_kv; ++p) {
