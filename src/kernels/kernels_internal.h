@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/ops.h"
 #include "kernels/quants.h"
 
 namespace ferrox::detail {
@@ -25,6 +26,9 @@ struct OpsKernels {
     void (*gemm_f32)(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
                      int64_t m, int64_t n, int64_t k);
     void (*gelu_erf)(const float* x, float* y, int64_t n);
+    // ops.h's gemm_f32_packed over the panels [p0, p1) of w (the caller checked the range).
+    void (*gemm_f32_packed)(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+                            int64_t ldc, int64_t m, const GemmEpilogue& epi);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

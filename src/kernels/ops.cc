@@ -3,7 +3,12 @@
 
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <new>
+
+#include "core/check.h"
 
 #include "kernels/kernels_internal.h"
 
@@ -66,13 +71,52 @@ void gelu_erf_scalar(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
+// One output at a time: a multiply and an add per t, in order (no FMA at baseline x86-64).
+void gemm_f32_packed_scalar(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+                            int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+    constexpr int64_t W = kPackedF32Width;
+    for (int64_t p = p0; p < p1; ++p) {
+        const float* panel = w.panel(p);
+        const int64_t nr = std::min<int64_t>(W, w.n - p * W);
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t jj = 0; jj < nr; ++jj) {
+                const int64_t j = p * W + jj;
+                float s = 0;
+                for (int64_t t = 0; t < w.k; ++t) s += a[i * lda + t] * panel[t * W + jj];
+                if (epi.bias) s += epi.bias[j];
+                if (epi.res) s += epi.res[i * epi.ld_res + j];
+                if (epi.gelu) gelu_erf_scalar(&s, &s, 1);
+                c[i * ldc + j] = s;
+            }
+        }
+    }
+}
+
 }  // namespace
+
+void PackedF32::Free::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+
+PackedF32 pack_f32(const float* w, int64_t ldw, int64_t n, int64_t k) {
+    CHECK(n >= 1 && k >= 1 && ldw >= k);
+    PackedF32 out;
+    out.n = n;
+    out.k = k;
+    const int64_t n_floats = out.n_panels() * k * kPackedF32Width;
+    out.data.reset(static_cast<float*>(::operator new[](static_cast<size_t>(n_floats) * sizeof(float),
+                                                        std::align_val_t{64})));
+    std::memset(out.data.get(), 0, static_cast<size_t>(n_floats) * sizeof(float));
+    for (int64_t j = 0; j < n; ++j) {
+        float* dst = out.data.get() + (j / kPackedF32Width) * k * kPackedF32Width + j % kPackedF32Width;
+        for (int64_t t = 0; t < k; ++t) dst[t * kPackedF32Width] = w[j * ldw + t];
+    }
+    return out;
+}
 
 namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
-                      gelu_erf_scalar};
+                      gelu_erf_scalar,  gemm_f32_packed_scalar};
 }
 }  // namespace detail
 
@@ -99,5 +143,12 @@ void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c
     detail::ops_kernels().gemm_f32(a, lda, w, ldw, c, ldc, m, n, k);
 }
 void gelu_erf(const float* x, float* y, int64_t n) { detail::ops_kernels().gelu_erf(x, y, n); }
+
+void gemm_f32_packed(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+                     int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+    CHECK(0 <= p0 && p0 <= p1 && p1 <= w.n_panels());
+    if (m <= 0 || p0 == p1) return;
+    detail::ops_kernels().gemm_f32_packed(a, lda, w, p0, p1, c, ldc, m, epi);
+}
 
 }  // namespace ferrox

@@ -5,6 +5,7 @@
 // Where noted an output may alias an input; otherwise buffers must not overlap.
 
 #include <cstdint>
+#include <memory>
 
 namespace ferrox {
 
@@ -39,6 +40,45 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // summed at the end; in order on scalar). One thread: callers split rows of W (or A).
 void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
               int64_t m, int64_t n, int64_t k);
+
+// A weight matrix W (n, k) packed once, at load, into the layout gemm_f32_packed reads:
+// panels of kPackedF32Width of W's rows, each k-major: panel p is panel(p)[t * 32 + c] =
+// W[32 p + c][t] for t < k, zero for rows past n. 64-byte aligned. Move-only; any thread may
+// read it concurrently.
+constexpr int64_t kPackedF32Width = 32;
+struct PackedF32 {
+    int64_t n = 0, k = 0;
+    struct Free {
+        void operator()(float* p) const;
+    };
+    std::unique_ptr<float[], Free> data;  // (n_panels, k, 32)
+
+    int64_t n_panels() const { return (n + kPackedF32Width - 1) / kPackedF32Width; }
+    const float* panel(int64_t p) const { return data.get() + p * k * kPackedF32Width; }
+    int64_t bytes() const { return n_panels() * k * kPackedF32Width * static_cast<int64_t>(sizeof(float)); }
+};
+// Packs W (n, k), rows ldw floats apart. n >= 1, k >= 1.
+PackedF32 pack_f32(const float* w, int64_t ldw, int64_t n, int64_t k);
+
+// What gemm_f32_packed applies to each sum s before storing it, in this order:
+//   v = s + bias[j] (bias may be null), v = v + res[i * ld_res + j] (res may be null),
+//   v = gelu_erf(v) if gelu.
+struct GemmEpilogue {
+    const float* bias = nullptr;  // (n)
+    const float* res = nullptr;   // (m, ld_res): a residual added after the bias
+    int64_t ld_res = 0;
+    bool gelu = false;
+};
+
+// C = epilogue(A W^T) for the columns j of panels [p0, p1) of w and rows i < m:
+// c[i * ldc + j] = epi(sum_t a[i * lda + t] * W[j][t]), j in [32 p0, min(n, 32 p1)) (A: (m, k),
+// C: (m, ldc), column j of C is W's row j whatever the panel range). C must not overlap A or
+// the residual. Every output is one FMA chain over t = 0..k-1 in order (a multiply and an add
+// per t on scalar) from 0, whatever m, the tile it falls in or the panel range: a row's values
+// do not depend on what else is in the batch, and the AVX2 and AVX-512 paths agree bit for
+// bit. One thread: callers split panels (or rows) across threads.
+void gemm_f32_packed(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+                     int64_t ldc, int64_t m, const GemmEpilogue& epi);
 
 // GELU, the erf form BERT uses: y[i] = 0.5 x (1 + erf(x / sqrt 2)). y may alias x. Scalar:
 // std::erf; AVX2: an erf of absolute error below 2e-7 (Abramowitz-Stegun 7.1.26 with expf_ps).

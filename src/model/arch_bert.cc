@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "kernels/ops.h"
 #include "kernels/quants.h"
@@ -62,6 +63,10 @@ Status read_sentence_transformers(const std::string& dir, EncoderHParams& hp) {
     const fs::path modules = fs::path(dir) / "modules.json";
     if (!fs::exists(modules, ec)) return Status::ok();  // mean pooling, normalized (the defaults)
     FERROX_ASSIGN_OR_RETURN(std::string text, read_file(modules.string()));
+    if (json_nesting_depth(text, kMaxModelJsonDepth) > kMaxModelJsonDepth) {
+        return invalid_argument(modules.string() + ": JSON nested deeper than " +
+                                std::to_string(kMaxModelJsonDepth) + " levels");
+    }
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_array()) return invalid_argument(modules.string() + ": not a JSON array of modules");
     hp.normalize = false;
@@ -111,8 +116,8 @@ EncoderModel::~EncoderModel() = default;
 int64_t EncoderModel::weight_bytes() const {
     size_t n = tok_embd_.size() + pos_embd_.size() + type_embd_.size() + 2 * ln_emb_w_.size();
     for (const Layer& l : layers_) {
-        n += l.w_qkv.size() + l.b_qkv.size() + l.w_o.size() + l.b_o.size() + l.w_up.size() + l.b_up.size() +
-             l.w_down.size() + l.b_down.size() + 4 * l.ln1_w.size();
+        for (const PackedF32* w : {&l.w_qkv, &l.w_o, &l.w_up, &l.w_down}) n += static_cast<size_t>(w->n * w->k);
+        n += l.b_qkv.size() + l.b_o.size() + l.b_up.size() + l.b_down.size() + 4 * l.ln1_w.size();
     }
     return static_cast<int64_t>(n * sizeof(float));
 }
@@ -287,19 +292,23 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
         FERROX_RETURN_IF_ERROR(load("q.b", il, H, 1, &bq));
         FERROX_RETURN_IF_ERROR(load("k.b", il, H, 1, &bk));
         FERROX_RETURN_IF_ERROR(load("v.b", il, H, 1, &bv));
-        l.w_qkv = std::move(q);
-        l.w_qkv.insert(l.w_qkv.end(), k.begin(), k.end());
-        l.w_qkv.insert(l.w_qkv.end(), v.begin(), v.end());
+        q.insert(q.end(), k.begin(), k.end());
+        q.insert(q.end(), v.begin(), v.end());
+        l.w_qkv = pack_f32(q.data(), H, 3 * H, H);
         l.b_qkv = std::move(bq);
         l.b_qkv.insert(l.b_qkv.end(), bk.begin(), bk.end());
         l.b_qkv.insert(l.b_qkv.end(), bv.begin(), bv.end());
-        FERROX_RETURN_IF_ERROR(load("o.w", il, H, H, &l.w_o));
+        std::vector<float> w;
+        FERROX_RETURN_IF_ERROR(load("o.w", il, H, H, &w));
+        l.w_o = pack_f32(w.data(), H, H, H);
         FERROX_RETURN_IF_ERROR(load("o.b", il, H, 1, &l.b_o));
         FERROX_RETURN_IF_ERROR(load("ln1.w", il, H, 1, &l.ln1_w));
         FERROX_RETURN_IF_ERROR(load("ln1.b", il, H, 1, &l.ln1_b));
-        FERROX_RETURN_IF_ERROR(load("up.w", il, H, F, &l.w_up));
+        FERROX_RETURN_IF_ERROR(load("up.w", il, H, F, &w));
+        l.w_up = pack_f32(w.data(), H, F, H);
         FERROX_RETURN_IF_ERROR(load("up.b", il, F, 1, &l.b_up));
-        FERROX_RETURN_IF_ERROR(load("down.w", il, F, H, &l.w_down));
+        FERROX_RETURN_IF_ERROR(load("down.w", il, F, H, &w));
+        l.w_down = pack_f32(w.data(), F, H, F);
         FERROX_RETURN_IF_ERROR(load("down.b", il, H, 1, &l.b_down));
         FERROX_RETURN_IF_ERROR(load("ln2.w", il, H, 1, &l.ln2_w));
         FERROX_RETURN_IF_ERROR(load("ln2.b", il, H, 1, &l.ln2_b));
@@ -317,41 +326,41 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
     return Status::ok();
 }
 
-// y = x W^T + b over n_tok rows, in tiles of (64 rows of x) x (a share of W's rows) dealt out
-// to the pool, so a big batch streams W from cache and a small one still uses every thread.
-void EncoderModel::linear(const float* x, int64_t n_tok, const std::vector<float>& w, const std::vector<float>& b,
-                          int64_t n_in, int64_t n_out, float* y) {
+// y = epi(x W^T) in units of (a block of at most 64 rows of x) x (a group of W's 32-column
+// panels) dealt out to the pool: a big batch streams each panel from cache over its rows, and a
+// small one (14 tokens: one row block) still gives every thread a share of the panels.
+void EncoderModel::linear(const float* x, int64_t n_tok, const PackedF32& w, const GemmEpilogue& epi, float* y) {
     constexpr int64_t kRowBlock = 64;
     const int n_threads = pool_->n_threads();
     const int64_t n_mb = (n_tok + kRowBlock - 1) / kRowBlock;
-    int64_t n_nb = (n_threads * 2 + n_mb - 1) / n_mb;
-    n_nb = std::max<int64_t>(1, std::min<int64_t>(n_nb, n_out / 12));
-    const int64_t nb = (n_out + n_nb - 1) / n_nb;
+    const int64_t mb = (n_tok + n_mb - 1) / n_mb;  // rows per block, as even as possible
+    const int64_t n_panels = w.n_panels();
+    const int64_t n_pg = std::max<int64_t>(1, std::min<int64_t>((n_threads * 2 + n_mb - 1) / n_mb, n_panels));
+    const int64_t pg = (n_panels + n_pg - 1) / n_pg;  // panels per group
+    const int64_t n_units = n_mb * n_pg;
     std::atomic<int64_t> next{0};
-    const int64_t n_units = n_mb * n_nb;
     pool_->run([&](int, int) {
         for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n_units;) {
-            const int64_t r0 = (u / n_nb) * kRowBlock, r1 = std::min(n_tok, r0 + kRowBlock);
-            const int64_t c0 = (u % n_nb) * nb, c1 = std::min(n_out, c0 + nb);
-            if (c0 >= c1) continue;
-            gemm_f32(x + r0 * n_in, n_in, w.data() + c0 * n_in, n_in, y + r0 * n_out + c0, n_out, r1 - r0,
-                     c1 - c0, n_in);
-            for (int64_t r = r0; r < r1; ++r) vec_add(y + r * n_out + c0, b.data() + c0, y + r * n_out + c0, c1 - c0);
+            const int64_t r0 = (u / n_pg) * mb, r1 = std::min(n_tok, r0 + mb);
+            const int64_t p0 = (u % n_pg) * pg, p1 = std::min(n_panels, p0 + pg);
+            if (r0 >= r1 || p0 >= p1) continue;
+            GemmEpilogue e = epi;
+            if (e.res) e.res += r0 * e.ld_res;
+            gemm_f32_packed(x + r0 * w.k, w.k, w, p0, p1, y + r0 * w.n, w.n, r1 - r0, e);
         }
     });
 }
 
-// x = LN(x + add) * w + b per token (add may be null), statistics in double over float values.
-void EncoderModel::layer_norm(float* x, const float* add, const std::vector<float>& w, const std::vector<float>& b,
-                              int64_t n_tok) {
+// y = LN(x) * w + b per token, statistics in double over float values.
+void EncoderModel::layer_norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tok,
+                              float* y) {
     const int64_t H = hp_.n_embd;
     const float eps = hp_.ln_eps;
     pool_->run([&](int i_thread, int n_threads) {
         int64_t t0, t1;
         ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
         for (int64_t t = t0; t < t1; ++t) {
-            float* v = x + t * H;
-            if (add) vec_add(v, add + t * H, v, H);
+            const float* v = x + t * H;
             double sum = 0;
             for (int64_t i = 0; i < H; ++i) sum += v[i];
             const float mean = static_cast<float>(sum / static_cast<double>(H));
@@ -361,7 +370,8 @@ void EncoderModel::layer_norm(float* x, const float* add, const std::vector<floa
                 ss += static_cast<double>(d) * d;
             }
             const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(H) + eps));
-            for (int64_t i = 0; i < H; ++i) v[i] = (v[i] - mean) * inv * w[i] + b[i];
+            float* o = y + t * H;
+            for (int64_t i = 0; i < H; ++i) o[i] = (v[i] - mean) * inv * w[i] + b[i];
         }
     });
 }
@@ -396,7 +406,7 @@ void EncoderModel::attention(std::span<const std::span<const int32_t>> seqs) {
 }
 
 Status EncoderModel::forward(std::span<const std::span<const int32_t>> seqs) {
-    const int64_t H = hp_.n_embd, F = hp_.n_ff;
+    const int64_t H = hp_.n_embd;
     int64_t T = 0;
     seq_begin_.clear();
     for (const auto& s : seqs) {
@@ -422,20 +432,26 @@ Status EncoderModel::forward(std::span<const std::span<const int32_t>> seqs) {
             vec_add(x, type_embd_.data(), x, H);
         }
     }
-    layer_norm(x_.data(), nullptr, ln_emb_w_, ln_emb_b_, T);
+    layer_norm(x_.data(), ln_emb_w_, ln_emb_b_, T, x_.data());
+    // Bias, residual and GELU ride in the GEMMs' stores: one pool dispatch per matrix product.
+    GemmEpilogue bias_res;  // y = x W^T + b + x_ (the residual), then LN of y into x_
+    bias_res.res = x_.data();
+    bias_res.ld_res = H;
     for (const Layer& l : layers_) {
-        linear(x_.data(), T, l.w_qkv, l.b_qkv, H, 3 * H, qkv_.data());
+        GemmEpilogue qkv;
+        qkv.bias = l.b_qkv.data();
+        linear(x_.data(), T, l.w_qkv, qkv, qkv_.data());
         attention(seqs);
-        linear(att_.data(), T, l.w_o, l.b_o, H, H, tmp_.data());
-        layer_norm(x_.data(), tmp_.data(), l.ln1_w, l.ln1_b, T);
-        linear(x_.data(), T, l.w_up, l.b_up, H, F, ff_.data());
-        pool_->run([&](int i_thread, int n_threads) {
-            int64_t e0, e1;
-            ThreadPool::split(T * F, i_thread, n_threads, 8, &e0, &e1);
-            gelu_erf(ff_.data() + e0, ff_.data() + e0, e1 - e0);
-        });
-        linear(ff_.data(), T, l.w_down, l.b_down, F, H, tmp_.data());
-        layer_norm(x_.data(), tmp_.data(), l.ln2_w, l.ln2_b, T);
+        bias_res.bias = l.b_o.data();
+        linear(att_.data(), T, l.w_o, bias_res, tmp_.data());
+        layer_norm(tmp_.data(), l.ln1_w, l.ln1_b, T, x_.data());
+        GemmEpilogue up;
+        up.bias = l.b_up.data();
+        up.gelu = true;
+        linear(x_.data(), T, l.w_up, up, ff_.data());
+        bias_res.bias = l.b_down.data();
+        linear(ff_.data(), T, l.w_down, bias_res, tmp_.data());
+        layer_norm(tmp_.data(), l.ln2_w, l.ln2_b, T, x_.data());
     }
     return Status::ok();
 }

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/ops.h"
 #include "loader/gguf.h"
 #include "loader/safetensors.h"
 
@@ -73,22 +74,28 @@ class EncoderModel {
 
   private:
     EncoderModel() = default;
+    // The weight matrices packed once at load into gemm_f32_packed's panels (kernels/ops.h).
     struct Layer {
-        std::vector<float> w_qkv, b_qkv;  // (3 n_embd, n_embd) rows q|k|v, (3 n_embd)
-        std::vector<float> w_o, b_o;      // (n_embd, n_embd), (n_embd)
+        PackedF32 w_qkv;                  // (3 n_embd, n_embd) rows q|k|v
+        std::vector<float> b_qkv;         // (3 n_embd)
+        PackedF32 w_o;                    // (n_embd, n_embd)
+        std::vector<float> b_o;           // (n_embd)
         std::vector<float> ln1_w, ln1_b;  // (n_embd) after attention + residual
-        std::vector<float> w_up, b_up;    // (n_ff, n_embd), (n_ff)
-        std::vector<float> w_down, b_down;  // (n_embd, n_ff), (n_embd)
+        PackedF32 w_up;                   // (n_ff, n_embd)
+        std::vector<float> b_up;          // (n_ff)
+        PackedF32 w_down;                 // (n_embd, n_ff)
+        std::vector<float> b_down;        // (n_embd)
         std::vector<float> ln2_w, ln2_b;  // (n_embd) after the FFN + residual
     };
     // Looks a tensor up by its role ("tok", "pos", "type", "ln_emb.w", "q.w" ... with the layer).
     using TensorLookup = std::function<Expected<TensorView>(const std::string& role, int il)>;
     Status init(const TensorLookup& lookup, const std::string& name);
     Status forward(std::span<const std::span<const int32_t>> seqs);
-    void linear(const float* x, int64_t n_tok, const std::vector<float>& w, const std::vector<float>& b,
-                int64_t n_in, int64_t n_out, float* y);
-    void layer_norm(float* x, const float* add, const std::vector<float>& w, const std::vector<float>& b,
-                    int64_t n_tok);
+    // y = epi(x W^T) over n_tok rows of x (n_tok, w.k) into y (n_tok, w.n), on the pool.
+    void linear(const float* x, int64_t n_tok, const PackedF32& w, const GemmEpilogue& epi, float* y);
+    // y = LN(x) * w + b per token over n_tok rows of n_embd; y may be x.
+    void layer_norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tok,
+                    float* y);
     void attention(std::span<const std::span<const int32_t>> seqs);
 
     EncoderHParams hp_;
