@@ -322,29 +322,45 @@ Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
     const json& vocab = model.at("vocab");
     if (!vocab.is_object()) return unimplemented("tokenizer.json: model.vocab is not a map");
 
-    // id -> text, from the vocab and the added tokens.
+    // id -> text, from the vocab and the added tokens: ids checked as HfPipeline checks them
+    // (integers, in range, a vocab id given to one text only).
+    const json added = tj.contains("added_tokens") ? tj.at("added_tokens") : json::array();
+    if (!added.is_array()) return invalid_argument("tokenizer.json: added_tokens is not an array");
+    const int64_t limit = static_cast<int64_t>(vocab.size() + added.size()) + kHfMaxIdHoles;
+    std::vector<std::pair<int32_t, const std::string*>> vocab_ids;
+    std::vector<int32_t> added_ids;
     int64_t max_id = -1;
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+        FERROX_ASSIGN_OR_RETURN(const int32_t id, hf_token_id(it.value(), limit, "model vocab"));
+        vocab_ids.emplace_back(id, &it.key());
+        max_id = std::max<int64_t>(max_id, id);
     }
-    const json added = tj.contains("added_tokens") ? tj.at("added_tokens") : json::array();
-    for (const json& a : added) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
-    if (max_id < 0 || max_id >= INT32_MAX) return invalid_argument("tokenizer.json: empty vocab");
+    for (const json& a : added) {
+        FERROX_ASSIGN_OR_RETURN(const int32_t id, hf_token_id(a.at("id"), limit, "added token"));
+        added_ids.push_back(id);
+        max_id = std::max<int64_t>(max_id, id);
+    }
+    if (max_id < 0) return invalid_argument("tokenizer.json: empty vocab");
     const size_t n = static_cast<size_t>(max_id + 1);
     spec.tokens.assign(n, std::string());
     spec.token_types.assign(n, TokenType::kNormal);
     spec.token_strip.assign(n, 0);
     std::vector<uint8_t> present(n, 0);
     std::vector<uint8_t> is_added(n, 0);
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-        const int64_t id = it.value().get<int64_t>();
-        if (id < 0) return invalid_argument("tokenizer.json: negative id for '" + it.key() + "'");
-        spec.tokens[id] = it.key();
+    for (const auto& [id, text] : vocab_ids) {
+        if (present[id]) {
+            const auto quoted = [](const std::string& t) {
+                return json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+            };
+            return invalid_argument("tokenizer.json: model vocab gives id " + std::to_string(id) + " to both " +
+                                    quoted(spec.tokens[id]) + " and " + quoted(*text));
+        }
+        spec.tokens[id] = *text;
         present[id] = 1;
     }
-    for (const json& a : added) {
-        const int64_t id = a.at("id").get<int64_t>();
-        if (id < 0) return invalid_argument("tokenizer.json: negative added-token id");
+    for (size_t i = 0; i < added.size(); ++i) {
+        const json& a = added[i];
+        const int32_t id = added_ids[i];
         spec.tokens[id] = a.at("content").get<std::string>();
         present[id] = 1;
         is_added[id] = 1;

@@ -14,6 +14,23 @@
 
 namespace ferrox {
 
+Expected<int32_t> hf_token_id(const nlohmann::json& v, int64_t limit, const char* what) {
+    int64_t id = -1;
+    if (v.is_number_unsigned()) {
+        id = v.get<uint64_t>() >= static_cast<uint64_t>(limit) ? limit : static_cast<int64_t>(v.get<uint64_t>());
+    } else if (v.is_number_integer()) {
+        id = v.get<int64_t>();
+    } else {
+        return invalid_argument(std::string("tokenizer.json: ") + what + " id is a " + v.type_name() +
+                                ", not an integer");
+    }
+    if (id < 0 || id >= limit || id > INT32_MAX) {
+        return invalid_argument(std::string("tokenizer.json: ") + what + " id " + v.dump() + " is out of range [0, " +
+                                std::to_string(limit) + ")");
+    }
+    return static_cast<int32_t>(id);
+}
+
 namespace {
 
 using nlohmann::json;
@@ -33,28 +50,6 @@ using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 
 Status unsupported(const std::string& what) {
     return unimplemented("tokenizer.json: " + what + " is not supported");
-}
-
-// Ids may leave holes (added tokens past the model's vocab), but not this many: an id far past
-// every table is a corrupt file, and would size the tables.
-constexpr int64_t kMaxIdHoles = 65536;
-
-// A token id from the document: an integer in [0, limit).
-Expected<int32_t> json_id(const json& v, int64_t limit, const char* what) {
-    int64_t id = -1;
-    if (v.is_number_unsigned()) {
-        id = v.get<uint64_t>() >= static_cast<uint64_t>(limit) ? limit : static_cast<int64_t>(v.get<uint64_t>());
-    } else if (v.is_number_integer()) {
-        id = v.get<int64_t>();
-    } else {
-        return invalid_argument(std::string("tokenizer.json: ") + what + " id is a " + v.type_name() +
-                                ", not an integer");
-    }
-    if (id < 0 || id >= limit || id > INT32_MAX) {
-        return invalid_argument(std::string("tokenizer.json: ") + what + " id " + v.dump() + " is out of range [0, " +
-                                std::to_string(limit) + ")");
-    }
-    return static_cast<int32_t>(id);
 }
 
 std::string jstr(const json& j, const char* key, const std::string& def = "") {
@@ -1159,12 +1154,24 @@ Status HfPipeline::Impl::parse_model(const json& m) {
         id_to_token[id] = text;
         vocab.emplace(text, id);
     };
-    // A vocab object: text -> id.
+    // A vocab object: text -> id. Two texts with one id are a corrupt file: decoding that id
+    // could give back only one of them (HF's tokenizers keeps whichever its hash map visits
+    // last), so encode and decode would disagree.
     auto add_vocab_map = [&](const json& v) -> Status {
         if (!v.is_object()) return invalid_argument("tokenizer.json: model vocab is not an object");
-        const int64_t limit = static_cast<int64_t>(v.size()) + kMaxIdHoles;
+        const int64_t limit = static_cast<int64_t>(v.size()) + kHfMaxIdHoles;
+        std::vector<uint8_t> taken;
         for (auto it = v.begin(); it != v.end(); ++it) {
-            FERROX_ASSIGN_OR_RETURN(const int32_t id, json_id(it.value(), limit, "model vocab"));
+            FERROX_ASSIGN_OR_RETURN(const int32_t id, hf_token_id(it.value(), limit, "model vocab"));
+            if (static_cast<size_t>(id) >= taken.size()) taken.resize(static_cast<size_t>(id) + 1, 0);
+            if (taken[id]) {
+                const auto quoted = [](const std::string& t) {
+                    return json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+                };
+                return invalid_argument("tokenizer.json: model vocab gives id " + std::to_string(id) + " to both " +
+                                        quoted(id_to_token[id]) + " and " + quoted(it.key()));
+            }
+            taken[id] = 1;
             add_vocab(it.key(), id);
         }
         return Status::ok();
@@ -1237,7 +1244,7 @@ Status HfPipeline::Impl::parse_model(const json& m) {
             max_piece_bytes = std::max(max_piece_bytes, piece.size());
         }
         if (m.contains("unk_id") && !m.at("unk_id").is_null()) {
-            FERROX_ASSIGN_OR_RETURN(unk, json_id(m.at("unk_id"), static_cast<int64_t>(v.size()), "model unk_id"));
+            FERROX_ASSIGN_OR_RETURN(unk, hf_token_id(m.at("unk_id"), static_cast<int64_t>(v.size()), "model unk_id"));
         }
         byte_fallback = jbool(m, "byte_fallback", false);
         return Status::ok();
@@ -1254,8 +1261,8 @@ Status HfPipeline::Impl::parse_post(const json& p) {
     }
     if (type == "ByteLevel") return Status::ok();  // offsets only
     if (type == "BertProcessing" || type == "RobertaProcessing") {
-        FERROX_ASSIGN_OR_RETURN(const int32_t cls, json_id(p.at("cls").at(1), INT32_MAX, "post_processor cls"));
-        FERROX_ASSIGN_OR_RETURN(const int32_t sep, json_id(p.at("sep").at(1), INT32_MAX, "post_processor sep"));
+        FERROX_ASSIGN_OR_RETURN(const int32_t cls, hf_token_id(p.at("cls").at(1), INT32_MAX, "post_processor cls"));
+        FERROX_ASSIGN_OR_RETURN(const int32_t sep, hf_token_id(p.at("sep").at(1), INT32_MAX, "post_processor sep"));
         post_before.push_back(cls);
         post_after.push_back(sep);
         return Status::ok();
@@ -1277,7 +1284,7 @@ Status HfPipeline::Impl::parse_post(const json& p) {
                 return invalid_argument("tokenizer.json: template token '" + name + "' undefined");
             }
             for (const json& id : special.at(name).at("ids")) {
-                FERROX_ASSIGN_OR_RETURN(const int32_t i, json_id(id, INT32_MAX, "post_processor special token"));
+                FERROX_ASSIGN_OR_RETURN(const int32_t i, hf_token_id(id, INT32_MAX, "post_processor special token"));
                 (seen_seq ? post_after : post_before).push_back(i);
             }
         }
@@ -1589,9 +1596,9 @@ Expected<std::shared_ptr<const HfPipeline>> HfPipeline::from_json(const json& tj
     if (!added.is_null() && !added.is_array()) return invalid_argument("tokenizer.json: added_tokens is not an array");
     std::vector<int32_t> added_ids;
     if (!added.is_null()) {
-        const int64_t limit = static_cast<int64_t>(n + added.size()) + kMaxIdHoles;
+        const int64_t limit = static_cast<int64_t>(n + added.size()) + kHfMaxIdHoles;
         for (const json& a : added) {
-            FERROX_ASSIGN_OR_RETURN(const int32_t id, json_id(a.at("id"), limit, "added token"));
+            FERROX_ASSIGN_OR_RETURN(const int32_t id, hf_token_id(a.at("id"), limit, "added token"));
             added_ids.push_back(id);
             n = std::max<size_t>(n, static_cast<size_t>(id) + 1);
         }

@@ -65,4 +65,12 @@ class HfPipeline {
     std::unique_ptr<Impl> impl_;
 };
 
+// Ids in a tokenizer.json may leave holes (added tokens past the model's vocab), but not this
+// many: an id far past every table is a corrupt file, and would size the tables.
+inline constexpr int64_t kHfMaxIdHoles = 65536;
+
+// A token id read from a tokenizer.json: an integer in [0, limit) and in int32, else a one-line
+// kInvalidArgument naming `what`. Every reader of the file's ids goes through it.
+Expected<int32_t> hf_token_id(const nlohmann::json& v, int64_t limit, const char* what);
+
 }  // namespace ferrox

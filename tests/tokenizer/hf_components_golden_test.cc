@@ -134,6 +134,30 @@ TEST(HfComponents, CorruptIdsAreOneLineErrors) {
     }
 }
 
+// Two vocab texts with one id (found by hf_pipeline_fuzzer: decoding the id gave back the other
+// text, so decode(encode(x)) was not x, and for byte-level pieces not even UTF-8): refused at
+// load, naming the id and both texts, quoted so that a newline in one stays on the line.
+TEST(HfComponents, DuplicateVocabIdIsAOneLineError) {
+    int n_checked = 0;
+    for (const std::string& name : manifest()) {  // both routes: the fast path and HfPipeline
+        json d = json::parse(test::read_all(kDir + name + ".json"));
+        auto& vocab = d["model"]["vocab"];
+        if (!vocab.is_object() || vocab.empty()) continue;  // Unigram: ids are positions
+        const std::string first_text = vocab.begin().key();
+        const int32_t first = vocab.begin().value().get<int32_t>();
+        vocab["two\nlines"] = first;
+        auto tok = Tokenizer::from_hf_json_text(d.dump(), "");
+        ASSERT_FALSE(tok.has_value()) << name;
+        const std::string msg = tok.status().to_string();
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+        EXPECT_NE(msg.find("id " + std::to_string(first) + " to both"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(json(first_text).dump()), std::string::npos) << msg;
+        EXPECT_NE(msg.find("\"two\\nlines\""), std::string::npos) << msg;
+        ++n_checked;
+    }
+    EXPECT_GE(n_checked, 15);
+}
+
 // Hostile input: invalid UTF-8, lone continuation bytes, NULs, random ids; nothing may crash
 // and every id must be in range.
 TEST(HfComponents, ArbitraryBytesAndIds) {
