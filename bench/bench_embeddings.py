@@ -29,8 +29,11 @@ ratio compares ferrox with the fastest llama.cpp configuration of that row.
 Before timing, the vectors are compared: cosine between ferrox's and each llama.cpp
 configuration's embedding of a few short and long inputs (must be > 0.999).
 
+--ferrox-gguf f16 makes ferrox serve the F16 GGUF conversion, the very file llama.cpp's F16
+configuration loads (ferrox keeps F16/BF16 matrices in their precision).
+
 Usage:
-  python3 bench/bench_embeddings.py [--ferrox build/bin/ferrox] [-m models/all-MiniLM-L6-v2]
+  python3 bench/bench_embeddings.py [--ferrox build/bin/ferrox] [-m models/all-MiniLM-L6-v2] [--ferrox-gguf f16]
                                     [-t 2] [-r 5] [--min-time 1] [--batches 1,16,128]
                                     [--long-batch 8] [--long-tokens 512] [--llama f16:512,f32:512]
                                     [--gguf-dir DIR] [--ferrox-extra ARGS] [--json-out FILE]
@@ -243,6 +246,9 @@ def main():
     ap.add_argument("--llama", default="f16:512,f32:512", help="llama.cpp configurations TYPE:B, comma-separated")
     ap.add_argument("--gguf-dir", default=None, help="where the GGUF conversions go (default: a temporary dir)")
     ap.add_argument("--ferrox-extra", default="", help="more ferrox serve flags")
+    ap.add_argument("--ferrox-gguf", default=None, choices=["f16", "f32"],
+                    help="ferrox serves the GGUF conversion of this type (the file llama.cpp loads) "
+                         "instead of the safetensors directory")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
 
@@ -257,7 +263,9 @@ def main():
         typ, nb = spec.split(":")
         configs.append((typ, int(nb), convert(a.model, typ, gguf_dir)))
 
-    fx = Ferrox(a.ferrox, a.model, a.threads, a.ferrox_extra.split())
+    ferrox_model = convert(a.model, a.ferrox_gguf, gguf_dir) if a.ferrox_gguf else a.model
+    facts["ferrox_model"] = ferrox_model
+    fx = Ferrox(a.ferrox, ferrox_model, a.threads, a.ferrox_extra.split())
     llamas = []
     try:
         for typ, nb, path in configs:
@@ -340,7 +348,8 @@ def main():
     # Markdown.
     labels = [L.label for L in llamas]
     print(f"Machine: `lscpu` model name \"{facts['cpu']}\" ({facts['cores']} CPUs), load average "
-          f"{facts['load_start']} at the start, {facts['load_end']} at the end. llama-cpp-python "
+          f"{facts['load_start']} at the start, {facts['load_end']} at the end. ferrox serves "
+          f"`{os.path.relpath(facts['ferrox_model'], ROOT) if not a.ferrox_gguf else a.ferrox_gguf.upper() + ' GGUF'}`. llama-cpp-python "
           f"{facts['llama_cpp_python']}. {a.threads} threads each; median of {a.reps} repetitions after a "
           f"warm-up, each repetition at least {a.min_time:g} s (the batch sent again until then).\n")
     print("| workload | tokens | ferrox emb/s | " + " | ".join(f"{l} emb/s" for l in labels) +

@@ -27,7 +27,7 @@ struct OpsKernels {
                      int64_t m, int64_t n, int64_t k);
     void (*gelu_erf)(const float* x, float* y, int64_t n);
     // ops.h's gemm_f32_packed over the panels [p0, p1) of w (the caller checked the range).
-    void (*gemm_f32_packed)(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+    void (*gemm_f32_packed)(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                             int64_t ldc, int64_t m, const GemmEpilogue& epi);
 };
 

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "core/check.h"
 
 #include "kernels/kernels_internal.h"
+#include "kernels/quants.h"
 
 namespace ferrox {
 namespace {
@@ -71,12 +73,14 @@ void gelu_erf_scalar(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
 }
 
-// One output at a time: a multiply and an add per t, in order (no FMA at baseline x86-64).
-void gemm_f32_packed_scalar(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+// One output at a time: a multiply and an add per t, in order (no FMA at baseline x86-64), over
+// the panel's elements widened to float (exactly) a panel row at a time.
+void gemm_f32_packed_scalar(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                             int64_t ldc, int64_t m, const GemmEpilogue& epi) {
-    constexpr int64_t W = kPackedF32Width;
+    constexpr int64_t W = kPackedWidth;
+    std::vector<float> panel(static_cast<size_t>(w.k * W));
     for (int64_t p = p0; p < p1; ++p) {
-        const float* panel = w.panel(p);
+        dequantize_row_ref(w.type, w.panel(p), panel.data(), w.k * W);
         const int64_t nr = std::min<int64_t>(W, w.n - p * W);
         for (int64_t i = 0; i < m; ++i) {
             for (int64_t jj = 0; jj < nr; ++jj) {
@@ -94,20 +98,24 @@ void gemm_f32_packed_scalar(const float* a, int64_t lda, const PackedF32& w, int
 
 }  // namespace
 
-void PackedF32::Free::operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+void PackedMatrix::Free::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
 
-PackedF32 pack_f32(const float* w, int64_t ldw, int64_t n, int64_t k) {
+PackedMatrix pack_matrix(const float* w, int64_t ldw, int64_t n, int64_t k, DType type) {
     CHECK(n >= 1 && k >= 1 && ldw >= k);
-    PackedF32 out;
+    CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16);
+    PackedMatrix out;
     out.n = n;
     out.k = k;
-    const int64_t n_floats = out.n_panels() * k * kPackedF32Width;
-    out.data.reset(static_cast<float*>(::operator new[](static_cast<size_t>(n_floats) * sizeof(float),
-                                                        std::align_val_t{64})));
-    std::memset(out.data.get(), 0, static_cast<size_t>(n_floats) * sizeof(float));
+    out.type = type;
+    const size_t bytes = static_cast<size_t>(out.bytes());
+    out.data.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{64})));
+    std::memset(out.data.get(), 0, bytes);
+    const int64_t eb = out.elem_bytes();
+    std::vector<uint8_t> row(static_cast<size_t>(k * eb));
     for (int64_t j = 0; j < n; ++j) {
-        float* dst = out.data.get() + (j / kPackedF32Width) * k * kPackedF32Width + j % kPackedF32Width;
-        for (int64_t t = 0; t < k; ++t) dst[t * kPackedF32Width] = w[j * ldw + t];
+        quantize_row_ref(type, w + j * ldw, row.data(), k);  // F32: a copy
+        uint8_t* dst = out.data.get() + (j / kPackedWidth) * out.panel_bytes() + (j % kPackedWidth) * eb;
+        for (int64_t t = 0; t < k; ++t) std::memcpy(dst + t * kPackedWidth * eb, row.data() + t * eb, eb);
     }
     return out;
 }
@@ -144,7 +152,7 @@ void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c
 }
 void gelu_erf(const float* x, float* y, int64_t n) { detail::ops_kernels().gelu_erf(x, y, n); }
 
-void gemm_f32_packed(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+void gemm_f32_packed(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                      int64_t ldc, int64_t m, const GemmEpilogue& epi) {
     CHECK(0 <= p0 && p0 <= p1 && p1 <= w.n_panels());
     if (m <= 0 || p0 == p1) return;

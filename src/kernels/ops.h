@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "tensor/dtype.h"
+
 namespace ferrox {
 
 // y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]  (x: (n), w: (n), y: (n); y may alias x).
@@ -42,23 +44,29 @@ void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c
               int64_t m, int64_t n, int64_t k);
 
 // A weight matrix W (n, k) packed once, at load, into the layout gemm_f32_packed reads:
-// panels of kPackedF32Width of W's rows, each k-major: panel p is panel(p)[t * 32 + c] =
-// W[32 p + c][t] for t < k, zero for rows past n. 64-byte aligned. Move-only; any thread may
-// read it concurrently.
-constexpr int64_t kPackedF32Width = 32;
-struct PackedF32 {
+// panels of kPackedWidth of W's rows, each k-major: element (t, c) of panel p is W[32 p + c][t]
+// for t < k, zero for rows past n. The elements are F32, F16 or BF16 (`type`): a checkpoint's
+// F16/BF16 weights stay in their precision (half the bytes to stream per product; the kernels
+// widen them exactly, so the products are the ones the F32 copy gave). 64-byte aligned.
+// Move-only; any thread may read it concurrently.
+constexpr int64_t kPackedWidth = 32;
+struct PackedMatrix {
     int64_t n = 0, k = 0;
+    DType type = DType::kF32;  // kF32, kF16 or kBF16
     struct Free {
-        void operator()(float* p) const;
+        void operator()(uint8_t* p) const;
     };
-    std::unique_ptr<float[], Free> data;  // (n_panels, k, 32)
+    std::unique_ptr<uint8_t[], Free> data;  // (n_panels, k, 32) elements of `type`
 
-    int64_t n_panels() const { return (n + kPackedF32Width - 1) / kPackedF32Width; }
-    const float* panel(int64_t p) const { return data.get() + p * k * kPackedF32Width; }
-    int64_t bytes() const { return n_panels() * k * kPackedF32Width * static_cast<int64_t>(sizeof(float)); }
+    int64_t elem_bytes() const { return type == DType::kF32 ? 4 : 2; }
+    int64_t n_panels() const { return (n + kPackedWidth - 1) / kPackedWidth; }
+    int64_t panel_bytes() const { return k * kPackedWidth * elem_bytes(); }
+    const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes(); }
+    int64_t bytes() const { return n_panels() * panel_bytes(); }
 };
-// Packs W (n, k), rows ldw floats apart. n >= 1, k >= 1.
-PackedF32 pack_f32(const float* w, int64_t ldw, int64_t n, int64_t k);
+// Packs W (n, k), rows ldw floats apart, as `type` (F16/BF16 round to nearest even; exact for
+// values that came from that type). n >= 1, k >= 1.
+PackedMatrix pack_matrix(const float* w, int64_t ldw, int64_t n, int64_t k, DType type = DType::kF32);
 
 // What gemm_f32_packed applies to each sum s before storing it, in this order:
 //   v = s + bias[j] (bias may be null), v = v + res[i * ld_res + j] (res may be null),
@@ -77,7 +85,7 @@ struct GemmEpilogue {
 // per t on scalar) from 0, whatever m, the tile it falls in or the panel range: a row's values
 // do not depend on what else is in the batch, and the AVX2 and AVX-512 paths agree bit for
 // bit. One thread: callers split panels (or rows) across threads.
-void gemm_f32_packed(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
+void gemm_f32_packed(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                      int64_t ldc, int64_t m, const GemmEpilogue& epi);
 
 // GELU, the erf form BERT uses: y[i] = 0.5 x (1 + erf(x / sqrt 2)). y may alias x. Scalar:

@@ -328,25 +328,65 @@ inline int next_tile_rows(int64_t left, int max_mr) {
     return static_cast<int>((left + n_tiles - 1) / n_tiles);
 }
 
+// A panel's elements widened to floats, 8 (AVX2) or 16 (AVX-512) at an aligned address: F32
+// loads, F16 through F16C's conversion, BF16 by a 16-bit shift. Every widening is exact, so the
+// FMA chains see the same floats whatever the storage.
+template <DType T>
+struct PanelElems;
+template <>
+struct PanelElems<DType::kF32> {
+    static constexpr int64_t kBytes = 4;
+    static __m256 load8(const uint8_t* p) { return _mm256_load_ps(reinterpret_cast<const float*>(p)); }
+#if FERROX_AVX512
+    static __m512 load16(const uint8_t* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
+#endif
+};
+template <>
+struct PanelElems<DType::kF16> {
+    static constexpr int64_t kBytes = 2;
+    static __m256 load8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p))); }
+#if FERROX_AVX512
+    static __m512 load16(const uint8_t* p) {
+        return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+#endif
+};
+template <>
+struct PanelElems<DType::kBF16> {
+    static constexpr int64_t kBytes = 2;
+    static __m256 load8(const uint8_t* p) {
+        const __m256i h = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    }
+#if FERROX_AVX512
+    static __m512 load16(const uint8_t* p) {
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    }
+#endif
+};
+
 // Where a tile is: its first row i0 and column j0 of the whole product (for the epilogue), the
 // chunk's place in k, the number of valid columns.
 struct PackedTileArgs {
-    const float* a;      // row i0, column t0 of A
+    const float* a;        // row i0, column t0 of A
     int64_t lda;
-    const float* panel;  // row t0 of the panel, offset to the tile's first column
+    const uint8_t* panel;  // row t0 of the panel, offset to the tile's first column
     int64_t kc;
-    float* c;            // row i0, column j0 of C
+    float* c;              // row i0, column j0 of C
     int64_t ldc;
-    int nr;              // valid columns of the tile
-    bool first, last;    // the first / last chunk of k
+    int nr;                // valid columns of the tile
+    bool first, last;      // the first / last chunk of k
     int64_t i0, j0;
-    const float* prefetch;  // null, or where to prefetch 64 bytes per t, 128 bytes apart (one panel row)
+    const uint8_t* prefetch;  // null, or where to prefetch the tile's part of a panel row per t
 };
 
 // AVX2: MR rows x 16 columns (half a panel) in 2 MR registers; per t, two panel loads and MR
 // broadcasts of A feed 2 MR FMAs.
-template <int MR>
+template <DType T, int MR>
 void packed_tile_avx2(const PackedTileArgs& p, const GemmEpilogue& e) {
+    using E = PanelElems<T>;
+    constexpr int64_t kRow = kPackedWidth * E::kBytes;  // bytes of a panel row
     __m256 acc[MR][2];
     const int n0 = p.nr < 8 ? p.nr : 8, n1 = p.nr > 8 ? p.nr - 8 : 0;
     #pragma GCC unroll 16
@@ -359,12 +399,12 @@ void packed_tile_avx2(const PackedTileArgs& p, const GemmEpilogue& e) {
         }
     }
     const float* a = p.a;
-    const float* w = p.panel;
+    const uint8_t* w = p.panel;
     const char* pf = reinterpret_cast<const char*>(p.prefetch);
-    for (int64_t t = 0; t < p.kc; ++t, w += kPackedF32Width) {
-        if (pf) _mm_prefetch(pf + t * 128, _MM_HINT_T0);
-        const __m256 w0 = _mm256_load_ps(w);
-        const __m256 w1 = _mm256_load_ps(w + 8);
+    for (int64_t t = 0; t < p.kc; ++t, w += kRow) {
+        if (pf) _mm_prefetch(pf + t * kRow, _MM_HINT_T0);
+        const __m256 w0 = E::load8(w);
+        const __m256 w1 = E::load8(w + 8 * E::kBytes);
         #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
             const __m256 av = _mm256_broadcast_ss(a + i * p.lda + t);
@@ -387,42 +427,44 @@ void packed_tile_avx2(const PackedTileArgs& p, const GemmEpilogue& e) {
 using PackedTileFn = void (*)(const PackedTileArgs& p, const GemmEpilogue& e);
 
 constexpr int kPackedMaxRowsAvx2 = 6;
+template <DType T>
 constexpr PackedTileFn kPackedTilesAvx2[kPackedMaxRowsAvx2 + 1] = {
     nullptr,
-    packed_tile_avx2<1>,
-    packed_tile_avx2<2>,
-    packed_tile_avx2<3>,
-    packed_tile_avx2<4>,
-    packed_tile_avx2<5>,
-    packed_tile_avx2<6>,
+    packed_tile_avx2<T, 1>,
+    packed_tile_avx2<T, 2>,
+    packed_tile_avx2<T, 3>,
+    packed_tile_avx2<T, 4>,
+    packed_tile_avx2<T, 5>,
+    packed_tile_avx2<T, 6>,
 };
 
-// Per panel, per chunk of k (kc x 128 bytes, in L1), per row tile: both halves of the panel
-// (16 columns, 64 bytes of each panel row, each). Every tile prefetches, per t, its half of the
-// panel row kKC rows on: the same row of the next chunk, or of the next panel (they follow in
-// memory; past the end is harmless, a prefetch does not fault). For a small m the weights come
-// from DRAM once per call, and the hardware prefetcher alone left the tiles waiting on them
-// (MiniLM, 14 tokens: 8 ms a call without, 4-6 ms with).
-void gemm_f32_packed_avx2(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
-                          int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+// Per panel, per chunk of k (kKC panel rows, in L1), per row tile: both halves of the panel (16
+// columns each). Every tile prefetches, per t, its half of the panel row kKC rows on (for 16-bit
+// elements the whole row: one cache line): the same row of the next chunk, or of the next panel
+// (they follow in memory; past the end is harmless, a prefetch does not fault). For a small m
+// the weights come from DRAM once per call, and the hardware prefetcher alone left the tiles
+// waiting on them (MiniLM, 14 tokens: 8 ms a call without, 4-6 ms with).
+template <DType T>
+void gemm_packed_avx2_t(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
+                        int64_t ldc, int64_t m, const GemmEpilogue& epi) {
     constexpr int64_t kKC = 128;
+    constexpr int64_t kRow = kPackedWidth * PanelElems<T>::kBytes;
     const int64_t k = w.k;
     for (int64_t pi = p0; pi < p1; ++pi) {
-        const int64_t left = w.n - pi * kPackedF32Width;
-        const int nr = static_cast<int>(left < kPackedF32Width ? left : kPackedF32Width);
+        const int64_t left = w.n - pi * kPackedWidth;
+        const int nr = static_cast<int>(left < kPackedWidth ? left : kPackedWidth);
         for (int64_t t0 = 0; t0 < k; t0 += kKC) {
             const int64_t kc = k - t0 < kKC ? k - t0 : kKC;
-            const float* chunk = w.panel(pi) + t0 * kPackedF32Width;
+            const uint8_t* chunk = w.panel(pi) + t0 * kRow;
             for (int64_t i = 0; i < m;) {
                 const int mr = next_tile_rows(m - i, kPackedMaxRowsAvx2);
                 for (int h = 0; h * 16 < nr; ++h) {
-                    const int64_t j0 = pi * kPackedF32Width + h * 16;
+                    const int64_t j0 = pi * kPackedWidth + h * 16;
                     const int nrh = nr - h * 16 < 16 ? nr - h * 16 : 16;
-                    const PackedTileArgs args{a + i * lda + t0, lda,        chunk + h * 16,
-                                              kc,               c + i * ldc + j0, ldc,
-                                              nrh,              t0 == 0,    t0 + kc == k,
-                                              i,                j0,         chunk + h * 16 + kKC * kPackedF32Width};
-                    kPackedTilesAvx2[mr](args, epi);
+                    const uint8_t* half = chunk + h * 16 * PanelElems<T>::kBytes;
+                    const PackedTileArgs args{a + i * lda + t0, lda, half, kc, c + i * ldc + j0, ldc, nrh,
+                                              t0 == 0, t0 + kc == k, i, j0, half + kKC * kRow};
+                    kPackedTilesAvx2<T>[mr](args, epi);
                 }
                 i += mr;
             }
@@ -430,15 +472,26 @@ void gemm_f32_packed_avx2(const float* a, int64_t lda, const PackedF32& w, int64
     }
 }
 
+void gemm_f32_packed_avx2(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
+                          int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+    switch (w.type) {
+        case DType::kF16: return gemm_packed_avx2_t<DType::kF16>(a, lda, w, p0, p1, c, ldc, m, epi);
+        case DType::kBF16: return gemm_packed_avx2_t<DType::kBF16>(a, lda, w, p0, p1, c, ldc, m, epi);
+        default: return gemm_packed_avx2_t<DType::kF32>(a, lda, w, p0, p1, c, ldc, m, epi);
+    }
+}
+
 #if FERROX_AVX512
 // AVX-512: MR rows x 32 columns (a whole panel) in 2 MR zmm registers; per t, two panel loads
 // and MR broadcasts feed 2 MR FMAs. The epilogue runs on 8-lane quarters (packed_epilogue8).
-template <int MR>
+template <DType T, int MR>
 void packed_tile_avx512(const PackedTileArgs& p, const GemmEpilogue& e) {
+    using E = PanelElems<T>;
+    constexpr int64_t kRow = kPackedWidth * E::kBytes;  // bytes of a panel row
     __m512 acc[MR][2];
     // Partial panels go through a buffer (plain loads and stores: SIMDe, which the emulated
     // test build uses, has no masked ones).
-    const bool full = p.nr == kPackedF32Width;
+    const bool full = p.nr == kPackedWidth;
     #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
         if (p.first) {
@@ -447,22 +500,22 @@ void packed_tile_avx512(const PackedTileArgs& p, const GemmEpilogue& e) {
             acc[i][0] = _mm512_loadu_ps(p.c + i * p.ldc);
             acc[i][1] = _mm512_loadu_ps(p.c + i * p.ldc + 16);
         } else {
-            alignas(64) float buf[kPackedF32Width] = {};
+            alignas(64) float buf[kPackedWidth] = {};
             for (int j = 0; j < p.nr; ++j) buf[j] = p.c[i * p.ldc + j];
             acc[i][0] = _mm512_load_ps(buf);
             acc[i][1] = _mm512_load_ps(buf + 16);
         }
     }
     const float* a = p.a;
-    const float* w = p.panel;
+    const uint8_t* w = p.panel;
     const char* pf = reinterpret_cast<const char*>(p.prefetch);
-    for (int64_t t = 0; t < p.kc; ++t, w += kPackedF32Width) {
-        if (pf) {  // the whole row: both its cache lines
-            _mm_prefetch(pf + t * 128, _MM_HINT_T0);
-            _mm_prefetch(pf + t * 128 + 64, _MM_HINT_T0);
+    for (int64_t t = 0; t < p.kc; ++t, w += kRow) {
+        if (pf) {  // the whole row: its cache lines
+            _mm_prefetch(pf + t * kRow, _MM_HINT_T0);
+            if constexpr (kRow > 64) _mm_prefetch(pf + t * kRow + 64, _MM_HINT_T0);
         }
-        const __m512 w0 = _mm512_load_ps(w);
-        const __m512 w1 = _mm512_load_ps(w + 16);
+        const __m512 w0 = E::load16(w);
+        const __m512 w1 = E::load16(w + 16 * E::kBytes);
         #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
             const __m512 av = _mm512_set1_ps(a[i * p.lda + t]);
@@ -479,7 +532,7 @@ void packed_tile_avx512(const PackedTileArgs& p, const GemmEpilogue& e) {
             continue;
         }
         if (!p.last) {
-            alignas(64) float buf[kPackedF32Width];
+            alignas(64) float buf[kPackedWidth];
             _mm512_store_ps(buf, acc[i][0]);
             _mm512_store_ps(buf + 16, acc[i][1]);
             for (int j = 0; j < p.nr; ++j) c[j] = buf[j];
@@ -497,45 +550,57 @@ void packed_tile_avx512(const PackedTileArgs& p, const GemmEpilogue& e) {
 }
 
 constexpr int kPackedMaxRowsAvx512 = 12;
+template <DType T>
 constexpr PackedTileFn kPackedTilesAvx512[kPackedMaxRowsAvx512 + 1] = {
     nullptr,
-    packed_tile_avx512<1>,
-    packed_tile_avx512<2>,
-    packed_tile_avx512<3>,
-    packed_tile_avx512<4>,
-    packed_tile_avx512<5>,
-    packed_tile_avx512<6>,
-    packed_tile_avx512<7>,
-    packed_tile_avx512<8>,
-    packed_tile_avx512<9>,
-    packed_tile_avx512<10>,
-    packed_tile_avx512<11>,
-    packed_tile_avx512<12>,
+    packed_tile_avx512<T, 1>,
+    packed_tile_avx512<T, 2>,
+    packed_tile_avx512<T, 3>,
+    packed_tile_avx512<T, 4>,
+    packed_tile_avx512<T, 5>,
+    packed_tile_avx512<T, 6>,
+    packed_tile_avx512<T, 7>,
+    packed_tile_avx512<T, 8>,
+    packed_tile_avx512<T, 9>,
+    packed_tile_avx512<T, 10>,
+    packed_tile_avx512<T, 11>,
+    packed_tile_avx512<T, 12>,
 };
 
-// Per panel, per chunk of k (kc x 128 bytes of panel, in L1): every row tile.
-void gemm_f32_packed_avx512(const float* a, int64_t lda, const PackedF32& w, int64_t p0, int64_t p1, float* c,
-                            int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+// Per panel, per chunk of k (kKC panel rows, in L1): every row tile.
+template <DType T>
+void gemm_packed_avx512_t(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
+                          int64_t ldc, int64_t m, const GemmEpilogue& epi) {
     constexpr int64_t kKC = 256;
+    constexpr int64_t kRow = kPackedWidth * PanelElems<T>::kBytes;
     const int64_t k = w.k;
     for (int64_t pi = p0; pi < p1; ++pi) {
-        const int64_t left = w.n - pi * kPackedF32Width;
-        const int nr = static_cast<int>(left < kPackedF32Width ? left : kPackedF32Width);
-        const int64_t j0 = pi * kPackedF32Width;
+        const int64_t left = w.n - pi * kPackedWidth;
+        const int nr = static_cast<int>(left < kPackedWidth ? left : kPackedWidth);
+        const int64_t j0 = pi * kPackedWidth;
         for (int64_t t0 = 0; t0 < k; t0 += kKC) {
             const int64_t kc = k - t0 < kKC ? k - t0 : kKC;
-            const float* chunk = w.panel(pi) + t0 * kPackedF32Width;
+            const uint8_t* chunk = w.panel(pi) + t0 * kRow;
             PackedTileArgs args{nullptr, lda, chunk, kc, nullptr, ldc, nr, t0 == 0, t0 + kc == k, 0, j0, nullptr};
             for (int64_t i = 0; i < m;) {
                 const int mr = next_tile_rows(m - i, kPackedMaxRowsAvx512);
-                args.prefetch = chunk + kKC * kPackedF32Width;  // the next chunk, as the AVX2 driver does
+                args.prefetch = chunk + kKC * kRow;  // the next chunk, as the AVX2 driver does
                 args.a = a + i * lda + t0;
                 args.c = c + i * ldc + j0;
                 args.i0 = i;
-                kPackedTilesAvx512[mr](args, epi);
+                kPackedTilesAvx512<T>[mr](args, epi);
                 i += mr;
             }
         }
+    }
+}
+
+void gemm_f32_packed_avx512(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
+                            int64_t ldc, int64_t m, const GemmEpilogue& epi) {
+    switch (w.type) {
+        case DType::kF16: return gemm_packed_avx512_t<DType::kF16>(a, lda, w, p0, p1, c, ldc, m, epi);
+        case DType::kBF16: return gemm_packed_avx512_t<DType::kBF16>(a, lda, w, p0, p1, c, ldc, m, epi);
+        default: return gemm_packed_avx512_t<DType::kF32>(a, lda, w, p0, p1, c, ldc, m, epi);
     }
 }
 #endif

@@ -115,11 +115,12 @@ EncoderModel::~EncoderModel() = default;
 
 int64_t EncoderModel::weight_bytes() const {
     size_t n = tok_embd_.size() + pos_embd_.size() + type_embd_.size() + 2 * ln_emb_w_.size();
+    int64_t matrices = 0;
     for (const Layer& l : layers_) {
-        for (const PackedF32* w : {&l.w_qkv, &l.w_o, &l.w_up, &l.w_down}) n += static_cast<size_t>(w->n * w->k);
+        for (const PackedMatrix* w : {&l.w_qkv, &l.w_o, &l.w_up, &l.w_down}) matrices += w->bytes();
         n += l.b_qkv.size() + l.b_o.size() + l.b_up.size() + l.b_down.size() + 4 * l.ln1_w.size();
     }
-    return static_cast<int64_t>(n * sizeof(float));
+    return static_cast<int64_t>(n * sizeof(float)) + matrices;
 }
 
 Expected<std::unique_ptr<EncoderModel>> EncoderModel::load_dir(const std::string& dir, const EncoderOptions& opts) {
@@ -272,9 +273,13 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
     if (hp.n_token_types < 1) return invalid_argument(name + ": no token types");
     if (opts_.max_batch_tokens < hp.n_pos) opts_.max_batch_tokens = hp.n_pos;  // one longest input fits
     const int64_t H = hp.n_embd, F = hp.n_ff;
+    // The precision a weight matrix is packed in: the checkpoint's own for F16 and BF16 (the
+    // products see the same values at half the bytes), F32 for the rest.
+    DType mat_type = DType::kF32;
     auto load = [&](const char* role, int il, int64_t cols, int64_t rows, std::vector<float>* out) -> Status {
         FERROX_ASSIGN_OR_RETURN(TensorView t, lookup(role, il));
         FERROX_ASSIGN_OR_RETURN(*out, to_f32(t, cols, rows, name));
+        mat_type = t.type == DType::kF16 || t.type == DType::kBF16 ? t.type : DType::kF32;
         return Status::ok();
     };
     FERROX_RETURN_IF_ERROR(load("tok", -1, H, hp.n_vocab, &tok_embd_));
@@ -287,28 +292,31 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
         Layer& l = layers_[il];
         std::vector<float> q, k, v, bq, bk, bv;
         FERROX_RETURN_IF_ERROR(load("q.w", il, H, H, &q));
+        DType qkv_type = mat_type;
         FERROX_RETURN_IF_ERROR(load("k.w", il, H, H, &k));
+        if (mat_type != qkv_type) qkv_type = DType::kF32;
         FERROX_RETURN_IF_ERROR(load("v.w", il, H, H, &v));
+        if (mat_type != qkv_type) qkv_type = DType::kF32;
         FERROX_RETURN_IF_ERROR(load("q.b", il, H, 1, &bq));
         FERROX_RETURN_IF_ERROR(load("k.b", il, H, 1, &bk));
         FERROX_RETURN_IF_ERROR(load("v.b", il, H, 1, &bv));
         q.insert(q.end(), k.begin(), k.end());
         q.insert(q.end(), v.begin(), v.end());
-        l.w_qkv = pack_f32(q.data(), H, 3 * H, H);
+        l.w_qkv = pack_matrix(q.data(), H, 3 * H, H, qkv_type);
         l.b_qkv = std::move(bq);
         l.b_qkv.insert(l.b_qkv.end(), bk.begin(), bk.end());
         l.b_qkv.insert(l.b_qkv.end(), bv.begin(), bv.end());
         std::vector<float> w;
         FERROX_RETURN_IF_ERROR(load("o.w", il, H, H, &w));
-        l.w_o = pack_f32(w.data(), H, H, H);
+        l.w_o = pack_matrix(w.data(), H, H, H, mat_type);
         FERROX_RETURN_IF_ERROR(load("o.b", il, H, 1, &l.b_o));
         FERROX_RETURN_IF_ERROR(load("ln1.w", il, H, 1, &l.ln1_w));
         FERROX_RETURN_IF_ERROR(load("ln1.b", il, H, 1, &l.ln1_b));
         FERROX_RETURN_IF_ERROR(load("up.w", il, H, F, &w));
-        l.w_up = pack_f32(w.data(), H, F, H);
+        l.w_up = pack_matrix(w.data(), H, F, H, mat_type);
         FERROX_RETURN_IF_ERROR(load("up.b", il, F, 1, &l.b_up));
         FERROX_RETURN_IF_ERROR(load("down.w", il, F, H, &w));
-        l.w_down = pack_f32(w.data(), F, H, F);
+        l.w_down = pack_matrix(w.data(), F, H, F, mat_type);
         FERROX_RETURN_IF_ERROR(load("down.b", il, H, 1, &l.b_down));
         FERROX_RETURN_IF_ERROR(load("ln2.w", il, H, 1, &l.ln2_w));
         FERROX_RETURN_IF_ERROR(load("ln2.b", il, H, 1, &l.ln2_b));
@@ -329,7 +337,7 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
 // y = epi(x W^T) in units of (a block of at most 64 rows of x) x (a group of W's 32-column
 // panels) dealt out to the pool: a big batch streams each panel from cache over its rows, and a
 // small one (14 tokens: one row block) still gives every thread a share of the panels.
-void EncoderModel::linear(const float* x, int64_t n_tok, const PackedF32& w, const GemmEpilogue& epi, float* y) {
+void EncoderModel::linear(const float* x, int64_t n_tok, const PackedMatrix& w, const GemmEpilogue& epi, float* y) {
     constexpr int64_t kRowBlock = 64;
     const int n_threads = pool_->n_threads();
     const int64_t n_mb = (n_tok + kRowBlock - 1) / kRowBlock;

@@ -76,14 +76,14 @@ class EncoderModel {
     EncoderModel() = default;
     // The weight matrices packed once at load into gemm_f32_packed's panels (kernels/ops.h).
     struct Layer {
-        PackedF32 w_qkv;                  // (3 n_embd, n_embd) rows q|k|v
+        PackedMatrix w_qkv;                  // (3 n_embd, n_embd) rows q|k|v
         std::vector<float> b_qkv;         // (3 n_embd)
-        PackedF32 w_o;                    // (n_embd, n_embd)
+        PackedMatrix w_o;                    // (n_embd, n_embd)
         std::vector<float> b_o;           // (n_embd)
         std::vector<float> ln1_w, ln1_b;  // (n_embd) after attention + residual
-        PackedF32 w_up;                   // (n_ff, n_embd)
+        PackedMatrix w_up;                   // (n_ff, n_embd)
         std::vector<float> b_up;          // (n_ff)
-        PackedF32 w_down;                 // (n_embd, n_ff)
+        PackedMatrix w_down;                 // (n_embd, n_ff)
         std::vector<float> b_down;        // (n_embd)
         std::vector<float> ln2_w, ln2_b;  // (n_embd) after the FFN + residual
     };
@@ -92,7 +92,7 @@ class EncoderModel {
     Status init(const TensorLookup& lookup, const std::string& name);
     Status forward(std::span<const std::span<const int32_t>> seqs);
     // y = epi(x W^T) over n_tok rows of x (n_tok, w.k) into y (n_tok, w.n), on the pool.
-    void linear(const float* x, int64_t n_tok, const PackedF32& w, const GemmEpilogue& epi, float* y);
+    void linear(const float* x, int64_t n_tok, const PackedMatrix& w, const GemmEpilogue& epi, float* y);
     // y = LN(x) * w + b per token over n_tok rows of n_embd; y may be x.
     void layer_norm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n_tok,
                     float* y);

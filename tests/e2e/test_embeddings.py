@@ -189,19 +189,29 @@ def test_concurrent_requests_batch_and_stay_exact(emb):
 
 
 def test_gguf_conversion_loads_and_swaps(emb, tmp_path):
+    """llama.cpp's conversion, F32 then F16 (hot-swapped under one alias): the same vectors, and
+    the F16 file's matrices kept in F16 (half the weight bytes of the F32 one)."""
     pytest.importorskip("gguf")
-    out = tmp_path / "minilm-f32.gguf"
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "golden", "minilm_to_gguf.py"), EMBED, str(out),
-                    "--outtype", "f32"], check=True, capture_output=True)
-    for replace in (False, True):  # load, then hot-swap the same alias
-        r = httpx.post(emb.base + "/admin/models/load", headers=ADMIN, timeout=120,
-                       json={"path": str(out), "alias": "minilm-gguf", "replace": replace})
-        assert r.status_code == 200, r.text
-        texts = [CASES[i]["text"] for i in (1, 12, 25, 33)]
-        r = httpx.post(emb.base + "/v1/embeddings", json={"model": "minilm-gguf", "input": texts}, timeout=60)
-        assert r.status_code == 200, r.text
-        for d, i in zip(r.json()["data"], (1, 12, 25, 33)):
-            assert cos(d["embedding"], CASES[i]["vec"]) > 0.9999
+    weight_bytes = {}
+    for outtype in ("f32", "f16"):
+        out = tmp_path / f"minilm-{outtype}.gguf"
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "golden", "minilm_to_gguf.py"), EMBED, str(out),
+                        "--outtype", outtype], check=True, capture_output=True)
+        for replace in (False, True) if outtype == "f32" else (True,):  # load, then hot-swap the alias
+            r = httpx.post(emb.base + "/admin/models/load", headers=ADMIN, timeout=120,
+                           json={"path": str(out), "alias": "minilm-gguf", "replace": replace})
+            assert r.status_code == 200, r.text
+            texts = [CASES[i]["text"] for i in (1, 12, 25, 33)]
+            r = httpx.post(emb.base + "/v1/embeddings", json={"model": "minilm-gguf", "input": texts}, timeout=60)
+            assert r.status_code == 200, r.text
+            for d, i in zip(r.json()["data"], (1, 12, 25, 33)):
+                assert cos(d["embedding"], CASES[i]["vec"]) > 0.9999, (outtype, i)
+        listed = httpx.get(emb.base + "/admin/models", headers=ADMIN).json()
+        entry = [m for m in listed["data"] if m["id"] == "minilm-gguf" and m["state"] != "draining"]
+        assert len(entry) == 1, listed
+        weight_bytes[outtype] = entry[0]["weight_bytes"]
+    # The encoder matrices (~42 MB in F32) halve; embeddings tables stay F32 in memory.
+    assert weight_bytes["f16"] < weight_bytes["f32"] - 15_000_000, weight_bytes
     models = httpx.get(emb.base + "/admin/models", headers=ADMIN).json()
     assert "minilm-gguf" in json.dumps(models)
     r = httpx.post(emb.base + "/admin/models/unload", headers=ADMIN, json={"alias": "minilm-gguf"})

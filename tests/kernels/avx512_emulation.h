@@ -28,3 +28,10 @@ static inline simde__m512 ferrox_emu_mm512_cvtepi32_ps(simde__m512i a) {
         simde_mm256_cvtepi32_ps(simde_mm512_extracti64x4_epi64(a, 1)), 1);
 }
 #define _mm512_cvtepi32_ps(a) ferrox_emu_mm512_cvtepi32_ps(a)
+
+// vpmovzxwd, 16 lanes: each half as the 8-lane AVX2 form widens it.
+static inline simde__m512i ferrox_emu_mm512_cvtepu16_epi32(simde__m256i a) {
+    return simde_mm512_inserti64x4(simde_mm512_castsi256_si512(simde_mm256_cvtepu16_epi32(simde_mm256_castsi256_si128(a))),
+                                   simde_mm256_cvtepu16_epi32(simde_mm256_extracti128_si256(a, 1)), 1);
+}
+#define _mm512_cvtepu16_epi32(a) ferrox_emu_mm512_cvtepu16_epi32(a)
