@@ -349,11 +349,8 @@ Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
     std::vector<uint8_t> is_added(n, 0);
     for (const auto& [id, text] : vocab_ids) {
         if (present[id]) {
-            const auto quoted = [](const std::string& t) {
-                return json(t).dump(-1, ' ', false, json::error_handler_t::replace);
-            };
             return invalid_argument("tokenizer.json: model vocab gives id " + std::to_string(id) + " to both " +
-                                    quoted(spec.tokens[id]) + " and " + quoted(*text));
+                                    hf_quote(spec.tokens[id]) + " and " + hf_quote(*text));
         }
         spec.tokens[id] = *text;
         present[id] = 1;
@@ -406,13 +403,25 @@ Expected<VocabSpec> build_spec(const json& tj, const json& cfg) {
         }
         spec.pre_regexes = pre.regexes;
         if (spec.pre_regexes.empty()) spec.pre = "none";
+        // Each merge's two tokens and their join must be in the vocab (HF refuses the file
+        // otherwise; the fast path's BPE would drop the characters it cannot spell).
         for (const json& m : model.at("merges")) {
+            std::string left, right;
             if (m.is_string()) {
-                spec.merges.push_back(m.get<std::string>());
+                const std::string s = m.get<std::string>();
+                const size_t sp = s.find(' ', 1);
+                if (sp == std::string::npos) return invalid_argument("tokenizer.json: merge " + hf_quote(s));
+                left = s.substr(0, sp);
+                right = s.substr(sp + 1);
             } else {
-                spec.merges.push_back(m.at(0).get<std::string>() + " " +
-                                      m.at(1).get<std::string>());
+                left = m.at(0).get<std::string>();
+                right = m.at(1).get<std::string>();
             }
+            for (const std::string* t : {&left, &right}) {
+                if (!vocab.contains(*t)) return hf_merge_out_of_vocab(left, right, *t);
+            }
+            if (!vocab.contains(left + right)) return hf_merge_out_of_vocab(left, right, left + right);
+            spec.merges.push_back(left + " " + right);
         }
         if (!spec.byte_level && spec.byte_fallback) {
             for (size_t i = 0; i < n; ++i) {

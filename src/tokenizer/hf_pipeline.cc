@@ -31,6 +31,15 @@ Expected<int32_t> hf_token_id(const nlohmann::json& v, int64_t limit, const char
     return static_cast<int32_t>(id);
 }
 
+std::string hf_quote(const std::string& text) {
+    return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status hf_merge_out_of_vocab(const std::string& left, const std::string& right, const std::string& missing) {
+    return invalid_argument("tokenizer.json: merge " + hf_quote(left + " " + right) + " names " + hf_quote(missing) +
+                            ", which is not in the model vocab");
+}
+
 namespace {
 
 using nlohmann::json;
@@ -1165,11 +1174,8 @@ Status HfPipeline::Impl::parse_model(const json& m) {
             FERROX_ASSIGN_OR_RETURN(const int32_t id, hf_token_id(it.value(), limit, "model vocab"));
             if (static_cast<size_t>(id) >= taken.size()) taken.resize(static_cast<size_t>(id) + 1, 0);
             if (taken[id]) {
-                const auto quoted = [](const std::string& t) {
-                    return json(t).dump(-1, ' ', false, json::error_handler_t::replace);
-                };
                 return invalid_argument("tokenizer.json: model vocab gives id " + std::to_string(id) + " to both " +
-                                        quoted(id_to_token[id]) + " and " + quoted(it.key()));
+                                        hf_quote(id_to_token[id]) + " and " + hf_quote(it.key()));
             }
             taken[id] = 1;
             add_vocab(it.key(), id);
@@ -1209,7 +1215,7 @@ Status HfPipeline::Impl::parse_model(const json& m) {
                           ? rt.substr(prefix.size())
                           : rt;
             const int32_t c = vocab_id(joined);
-            if (a < 0 || b < 0 || c < 0) continue;
+            if (a < 0 || b < 0 || c < 0) return hf_merge_out_of_vocab(l, rt, a < 0 ? l : b < 0 ? rt : joined);
             merges.emplace(pair_key(a, b), std::make_pair(static_cast<int32_t>(r), c));
         }
         return Status::ok();

@@ -73,4 +73,12 @@ inline constexpr int64_t kHfMaxIdHoles = 65536;
 // kInvalidArgument naming `what`. Every reader of the file's ids goes through it.
 Expected<int32_t> hf_token_id(const nlohmann::json& v, int64_t limit, const char* what);
 
+// A token's text for an error message: JSON-quoted, so control characters stay on the line and
+// invalid UTF-8 shows as U+FFFD.
+std::string hf_quote(const std::string& text);
+
+// The load error for a merge (`left right`) naming a token that is not in the model's vocab: HF
+// refuses such a file ("Token ... out of vocabulary"), and so does ferrox, on both routes.
+Status hf_merge_out_of_vocab(const std::string& left, const std::string& right, const std::string& missing);
+
 }  // namespace ferrox

@@ -158,6 +158,32 @@ TEST(HfComponents, DuplicateVocabIdIsAOneLineError) {
     EXPECT_GE(n_checked, 15);
 }
 
+// A merge naming a token the vocab lacks (found by hf_pipeline_fuzzer: a vocab key renamed,
+// "v" -> "=v"; ferrox then dropped every "v" from the text): HF refuses such a file, and so
+// does ferrox, on both routes, naming the merge and the token.
+TEST(HfComponents, MergeOutOfVocabIsAOneLineError) {
+    int n_checked = 0;
+    for (const std::string& name : manifest()) {
+        json d = json::parse(test::read_all(kDir + name + ".json"));
+        json& m = d["model"];
+        if (m.value("type", "") != "BPE" || !m["merges"].is_array() || m["merges"].empty()) continue;
+        const json& first = m["merges"][0];
+        const std::string left = first.is_string() ? first.get<std::string>().substr(0, first.get<std::string>().find(' ', 1))
+                                                   : first[0].get<std::string>();
+        ASSERT_TRUE(m["vocab"].contains(left)) << name;
+        const json id = m["vocab"][left];
+        m["vocab"].erase(left);
+        m["vocab"]["=" + left] = id;
+        auto tok = Tokenizer::from_hf_json_text(d.dump(), "");
+        ASSERT_FALSE(tok.has_value()) << name;
+        const std::string msg = tok.status().to_string();
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+        EXPECT_NE(msg.find("names " + json(left).dump() + ", which is not in the model vocab"), std::string::npos) << msg;
+        ++n_checked;
+    }
+    EXPECT_GE(n_checked, 8);
+}
+
 // Hostile input: invalid UTF-8, lone continuation bytes, NULs, random ids; nothing may crash
 // and every id must be in range.
 TEST(HfComponents, ArbitraryBytesAndIds) {
