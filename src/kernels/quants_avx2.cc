@@ -512,15 +512,95 @@ void gemm_packed8_q4_1_shared(int64_t n, const void* w, int64_t n_rows, const vo
 }
 #endif
 
+#if FERROX_AVX512
+// gemm_packed8 for Q4_1 on AVX-512, 16 rows per pass: groups g and g + 1 (rows 8g..8g+15, adjacent
+// in the output) in the two halves of each 512-bit register, NC activation rows at a time. Each
+// row's operations are exactly those of gemm_packed8_q4_cols<BlockQ4_1, 1> (dot_q4_1's, ggml's
+// order): its 8 lane accumulators (acc[c][l], 16 rows each), the scale d = dv * y.d, the offset
+// sum off = fma(mv, y.s, off) in block order, the hsum_ps pairing at the end; vpdpbusd gives the
+// same integer lane sums as maddubs + madd. Per block the pair's nibbles are unpacked once for
+// the NC columns, so a batch step pays ~8 dpbusd + 8 conversions + 8 FMAs per 16 rows and
+// column where the 8-row kernel paid that per 8 rows. n_rows / 8 even: the caller sends an odd
+// last group to the 8-row kernel.
+template <int NC>
+void gemm_packed16_q4_1(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                        float* out, int64_t out_stride) {
+    using P = Packed8<BlockQ4_1>;
+    static_assert(NC >= 1 && NC <= 3, "8 NC accumulators, NC offsets and scales, the nibbles in 32 registers");
+    const int64_t nb = n / kQK;
+    const BlockQ8_1* y[NC];
+    _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c)
+        y[c] = reinterpret_cast<const BlockQ8_1*>(static_cast<const uint8_t*>(a) + c * a_row_bytes);
+    const __m512i low = _mm512_set1_epi8(15);
+    for (int64_t gp = 0; gp < n_rows / 16; ++gp) {
+        const uint8_t* p0 = static_cast<const uint8_t*>(w) + 2 * gp * nb * P::kBlockBytes;
+        const uint8_t* p1 = p0 + nb * P::kBlockBytes;
+        __m512 acc[NC][8], off[NC];
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            off[c] = _mm512_setzero_ps();
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; ++l) acc[c][l] = _mm512_setzero_ps();
+        }
+        for (int64_t b = 0; b < nb; ++b, p0 += P::kBlockBytes, p1 += P::kBlockBytes) {
+            prefetch_ahead<P::kBlockBytes>(p0);
+            prefetch_ahead<P::kBlockBytes>(p1);
+            const __m512 dv = cvt2x8_f16(p0, p1);
+            const __m512 mv = cvt2x8_f16(p0 + 16, p1 + 16);
+            __m512 d[NC];
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                d[c] = _mm512_mul_ps(dv, _mm512_set1_ps(f16_to_f32(y[c][b].d)));
+                off[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(f16_to_f32(y[c][b].s)), off[c]);
+            }
+            _Pragma("GCC unroll 4") for (int l = 0; l < 4; ++l) {
+                const __m512i q = load2x256(p0 + P::kHeader + 32 * l, p1 + P::kHeader + 32 * l);
+                const __m512i qlo = _mm512_and_si512(q, low);
+                const __m512i qhi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+                _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+                    const int8_t* yq = y[c][b].qs;
+                    int32_t ylo, yhi;
+                    std::memcpy(&ylo, yq + 4 * l, 4);
+                    std::memcpy(&yhi, yq + 16 + 4 * l, 4);
+                    const __m512i plo = dpbusd(_mm512_setzero_si512(), qlo, _mm512_set1_epi32(ylo));
+                    const __m512i phi = dpbusd(_mm512_setzero_si512(), qhi, _mm512_set1_epi32(yhi));
+                    acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(plo), acc[c][l]);
+                    acc[c][l + 4] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(phi), acc[c][l + 4]);
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
+            const __m512 s04 = _mm512_add_ps(acc[c][0], acc[c][4]), s15 = _mm512_add_ps(acc[c][1], acc[c][5]);
+            const __m512 s26 = _mm512_add_ps(acc[c][2], acc[c][6]), s37 = _mm512_add_ps(acc[c][3], acc[c][7]);
+            const __m512 sum = _mm512_add_ps(_mm512_add_ps(s04, s26), _mm512_add_ps(s15, s37));
+            _mm512_storeu_ps(out + c * out_stride + 16 * gp, _mm512_add_ps(sum, off[c]));
+        }
+    }
+}
+#endif
+
 // gemm_packed8 for Q4_1. AVX2: four columns at a time (gemm_packed8_q4_1_shared), the last three
 // together, a last one or two with the one-pass kernel (8 accumulators; two columns shared
-// measured no faster than that). AVX-512's 32 registers take two columns per pass of the
-// 8-accumulator kernel, each group's nibbles unpacked once for both.
+// measured no faster than that). AVX-512: 16 rows and three columns per pass
+// (gemm_packed16_q4_1), an odd last group of 8 rows with the one-pass kernel.
 void gemm_packed8_q4_1(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                        int64_t n_cols, float* out, int64_t out_stride) {
     const auto* ap = static_cast<const uint8_t*>(a);
     int64_t c = 0;
 #if FERROX_AVX512
+    if (n_rows >= 16) {
+        const int64_t rows16 = n_rows / 16 * 16;
+        const auto wide = [&](auto kernel, int cols) {
+            kernel(n, w, rows16, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride, out_stride);
+            c += cols;
+        };
+        while (c + 3 <= n_cols) wide(gemm_packed16_q4_1<3>, 3);
+        if (n_cols - c == 2) wide(gemm_packed16_q4_1<2>, 2);
+        if (n_cols - c == 1) wide(gemm_packed16_q4_1<1>, 1);
+        if (rows16 == n_rows) return;
+        // The odd last group of 8 rows, every column.
+        w = static_cast<const uint8_t*>(w) + rows16 / 8 * (n / kQK) * Packed8<BlockQ4_1>::kBlockBytes;
+        out += rows16;
+        n_rows -= rows16;
+        c = 0;
+    }
     for (; c + 2 <= n_cols; c += 2)
         gemm_packed8_q4_cols<BlockQ4_1, 2>(n, w, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride,
                                            out_stride);
