@@ -216,3 +216,67 @@ def test_gguf_conversion_loads_and_swaps(emb, tmp_path):
     assert "minilm-gguf" in json.dumps(models)
     r = httpx.post(emb.base + "/admin/models/unload", headers=ADMIN, json={"alias": "minilm-gguf"})
     assert r.status_code == 200
+
+
+def write_safetensors_as(src, dst, dtype):
+    """src's tensors rewritten as F16 or BF16 (rounded to nearest even) into dst, a safetensors
+    file written from the format's specification: an 8-byte little-endian header length, the
+    JSON header, the data."""
+    with open(src, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    out_header, chunks, offset = {}, [], 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            out_header[name] = t
+            continue
+        b, e = t["data_offsets"]
+        if t["dtype"] != "F32":  # e.g. the I64 position_ids buffer: kept as it is
+            out_header[name] = {**t, "data_offsets": [offset, offset + e - b]}
+            chunks.append(data[b:e])
+            offset += e - b
+            continue
+        x = np.frombuffer(data[b:e], dtype="<f4")
+        if dtype == "F16":
+            raw = x.astype("<f2").tobytes()
+        else:  # BF16: the high half of the float32 bits, rounded to nearest even
+            u = x.view("<u4").astype(np.uint64)
+            raw = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+        out_header[name] = {"dtype": dtype, "shape": t["shape"], "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    hb = json.dumps(out_header).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(dst, "wb") as f:
+        f.write(len(hb).to_bytes(8, "little") + hb + b"".join(chunks))
+
+
+@pytest.mark.parametrize("dtype,min_cos", [("F16", 0.9999), ("BF16", 0.999)])
+def test_half_precision_safetensors_keep_their_precision(emb, tmp_path, dtype, min_cos):
+    """A sentence-transformers directory whose weights are F16 or BF16: its matrices are packed
+    in that type (half the F32 directory's weight bytes), and the vectors still match the
+    golden F32 reference to the type's precision."""
+    d = tmp_path / f"minilm-{dtype.lower()}"
+    d.mkdir()
+    for name in os.listdir(EMBED):
+        src = os.path.join(EMBED, name)
+        if name == "model.safetensors":
+            write_safetensors_as(src, d / name, dtype)
+        else:
+            os.symlink(src, d / name)
+    alias = f"minilm-{dtype.lower()}"
+    r = httpx.post(emb.base + "/admin/models/load", headers=ADMIN, timeout=120, json={"path": str(d), "alias": alias})
+    assert r.status_code == 200, r.text
+    try:
+        idx = list(range(0, len(CASES), 3))
+        r = httpx.post(emb.base + "/v1/embeddings", json={"model": alias, "input": [CASES[i]["text"] for i in idx],
+                                                        "truncate_prompt_tokens": -1},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        worst = min(cos(v["embedding"], CASES[i]["vec"]) for v, i in zip(r.json()["data"], idx))
+        assert worst > min_cos, worst
+        listed = {m["id"]: m for m in httpx.get(emb.base + "/admin/models", headers=ADMIN).json()["data"]}
+        assert listed[alias]["weight_bytes"] < listed[NAME]["weight_bytes"] - 15_000_000, listed
+    finally:
+        httpx.post(emb.base + "/admin/models/unload", headers=ADMIN, json={"alias": alias})
