@@ -941,6 +941,58 @@ void quantize_q8_1(const float* x, void* dst, int64_t n) {
     }
 }
 
+// Q8_K byte for byte as quantize_row_q8_k_ref (ggml's quantize_row_q8_K_ref, which llama.cpp
+// runs on x86 too): the first element of largest magnitude is the signed max (NaNs never are),
+// iscale = -127 / max, q = min(127, nearest_int(iscale * x)) with nearest_int's 1.5 * 2^23
+// trick done on the vector's bits, stored as its low byte (the reference's int8 cast: an
+// overflowed iscale gives the same wrapped bytes), bsums from the stored bytes, d = 1 / iscale.
+void quantize_q8_k(const float* x, void* dst, int64_t n) {
+    DCHECK(n % kQK_K == 0);
+    auto* b = static_cast<BlockQ8_K*>(dst);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+        __m256 amax8 = _mm256_setzero_ps();
+        for (int k = 0; k < kQK_K / 8; ++k)  // max_ps returns its second operand for a NaN first one
+            amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), amax8);
+        const float amax = hmax_ps(amax8);
+        if (amax == 0) {
+            std::memset(&b[i], 0, sizeof(BlockQ8_K));
+            continue;
+        }
+        float max = 0;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int k = 0; k < kQK_K / 8; ++k) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), am, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * k + __builtin_ctz(static_cast<unsigned>(hit))];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256 magic = _mm256_set1_ps(12582912.f);
+        const __m256i mant = _mm256_set1_epi32(0x007fffff), bias = _mm256_set1_epi32(0x00400000);
+        const __m256i cap = _mm256_set1_epi32(127), byte = _mm256_set1_epi32(0xff);
+        for (int k = 0; k < kQK_K / 32; ++k) {
+            __m256i q[4];
+            for (int j = 0; j < 4; ++j) {
+                const __m256 v = _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * k + 8 * j)), magic);
+                const __m256i r = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
+                q[j] = _mm256_and_si256(_mm256_min_epi32(r, cap), byte);  // the low byte, 0..255
+            }
+            // Unsigned packs of values in 0..255 are exact; per 128-bit lane, so permute back.
+            const __m256i p8 = _mm256_packus_epi16(_mm256_packus_epi32(q[0], q[1]), _mm256_packus_epi32(q[2], q[3]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs + 32 * k),
+                                _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        }
+        for (int j = 0; j < kQK_K / 16; ++j) {
+            const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16 * j)));
+            b[i].bsums[j] = static_cast<int16_t>(hsum_epi32(_mm256_madd_epi16(w, _mm256_set1_epi16(1))));
+        }
+        b[i].d = 1 / iscale;
+    }
+}
+
 void quantize_f16(const float* x, void* dst, int64_t n) {
     auto* y = static_cast<uint16_t*>(dst);
     int64_t i = 0;
@@ -970,6 +1022,7 @@ void override_quant_kernels(QuantKernels* table) {
         if (k.act_type == DType::kQ8_0) k.quantize_act_row = quantize_q8_0;
         if (k.act_type == DType::kQ8_1) k.quantize_act_row = quantize_q8_1;
         if (k.act_type == DType::kF16) k.quantize_act_row = quantize_f16;
+        if (k.act_type == DType::kQ8_K) k.quantize_act_row = quantize_q8_k;
     };
     set(DType::kF32, dot_f32, vec_dot_rows_loop<dot_f32>);
     set(DType::kF16, dot_f16, vec_dot_rows_loop<dot_f16>);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "kernels/quant_blocks.h"
@@ -644,6 +645,45 @@ TEST_P(QuantIsaTest, ActivationQuantizerMatchesReference) {
         }
         EXPECT_LE(n_diff, 4) << "more than float-rounding ties";
     }
+}
+
+// Q8_K's vector quantizer on the blocks where the reference's scalar semantics decide: the
+// first of two equal magnitudes sets the sign, NaNs are skipped by the max (and give 0), an
+// infinite max gives -0 scales, a denormal max overflows iscale (the int8 cast wraps what
+// nearest_int returns), exact halves round to even, all-zero and -0 blocks are zero blocks.
+TEST_P(QuantIsaTest, Q8_KEdgeBlocksAsReference) {
+    constexpr int64_t K = 256;
+    std::vector<std::vector<float>> blocks;
+    const auto base = random_row(K, 7, 1.0f);
+    auto with = [&](std::initializer_list<std::pair<int, float>> set) {
+        std::vector<float> b = base;
+        for (const auto& [i, v] : set) b[i] = v;
+        blocks.push_back(b);
+    };
+    with({{3, -5.0f}, {200, 5.0f}});                       // tie: the negative one comes first
+    with({{3, 5.0f}, {200, -5.0f}});                       // tie: the positive one first
+    with({{10, std::nanf("")}, {11, 4.0f}});               // a NaN is not the max
+    with({{0, std::numeric_limits<float>::infinity()}});   // infinite max
+    with({{5, -std::numeric_limits<float>::infinity()}, {6, std::numeric_limits<float>::infinity()}});
+    std::vector<float> tiny(K, 0.0f);
+    tiny[9] = 1e-44f;  // denormal: -127 / max overflows to -inf
+    tiny[10] = -5e-45f;
+    blocks.push_back(tiny);
+    std::vector<float> halves(K, 0.0f);
+    halves[0] = 127.0f;  // iscale = -1 exactly
+    for (int i = 1; i < 40; ++i) halves[i] = 0.5f * static_cast<float>(i) - 10.0f;
+    blocks.push_back(halves);
+    blocks.push_back(std::vector<float>(K, 0.0f));
+    blocks.push_back(std::vector<float>(K, -0.0f));
+    std::vector<float> row;
+    for (const auto& b : blocks) row.insert(row.end(), b.begin(), b.end());
+    const int64_t n = static_cast<int64_t>(row.size());
+    const auto ref = quantize(DType::kQ8_K, row);
+    std::vector<uint8_t> got(ref.size(), 0xAB);
+    quant_kernels(DType::kQ6_K).quantize_act_row(row.data(), got.data(), n);
+    const int64_t bb = dtype_info(DType::kQ8_K).block_bytes;
+    for (int64_t i = 0; i < n / K; ++i)
+        EXPECT_EQ(0, std::memcmp(got.data() + i * bb, ref.data() + i * bb, bb)) << "block " << i;
 }
 
 TEST_P(QuantIsaTest, Q8_0TieRoundingAsGgml) {
