@@ -50,6 +50,7 @@ private:
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> cand_;  // (logit or prob, id)
     std::vector<int32_t> counts_;                  // occurrences in the penalty window
+    std::vector<float> chunk_max_;                 // top_k_floor's scratch
     float last_prob_ = 1.0f;
 };
 

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 
 namespace ferrox {
 namespace {
@@ -141,6 +144,115 @@ TEST(Sampler, FrequencyAndPresencePenalties) {
     hist = {0, 0, 0};
     s2.sample(l, hist);
     EXPECT_FLOAT_EQ(l[0], 1.5f);  // once, however often it occurred
+}
+
+// The sampler before its candidate filter and vectorized argmax (a copy of its code as it was:
+// every finite logit a candidate, a partial sort over all of them, the plain argmax loop),
+// without bias and penalties, which run before both and are unchanged.
+struct PlainSampler {
+    SamplingParams p;
+    std::mt19937_64 rng;
+    float last_prob = 1.0f;
+    explicit PlainSampler(const SamplingParams& params) : p(params), rng(params.seed) {}
+    double uniform() { return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0); }
+    int32_t sample(const std::vector<float>& logits) {
+        const int32_t n = static_cast<int32_t>(logits.size());
+        if (p.temperature <= 0.0f) {
+            int32_t best = 0;
+            for (int32_t i = 1; i < n; ++i)
+                if (logits[i] > logits[best]) best = i;
+            last_prob = 1.0f;
+            return best;
+        }
+        std::vector<std::pair<float, int32_t>> cand;
+        for (int32_t i = 0; i < n; ++i)
+            if (std::isfinite(logits[i])) cand.emplace_back(logits[i], i);
+        if (cand.empty()) return 0;
+        auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+        size_t k = cand.size();
+        if (p.top_k > 0) k = std::min(k, static_cast<size_t>(p.top_k));
+        std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(), by_logit);
+        cand.resize(k);
+        {
+            const float mx = cand[0].first;
+            double sum = 0;
+            for (const auto& c : cand) sum += std::exp(c.first - mx);
+            if (p.top_p < 1.0f) {
+                double cum = 0;
+                size_t keep = cand.size();
+                for (size_t i = 0; i < cand.size(); ++i) {
+                    cum += std::exp(cand[i].first - mx) / sum;
+                    if (cum >= p.top_p) {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+                cand.resize(keep);
+            }
+            if (p.min_p > 0.0f) {
+                const float cut = mx + std::log(p.min_p);
+                size_t keep = 1;
+                while (keep < cand.size() && cand[keep].first >= cut) ++keep;
+                cand.resize(keep);
+            }
+        }
+        const float mx = cand[0].first;
+        double sum = 0;
+        for (auto& c : cand) {
+            c.first = static_cast<float>(std::exp((c.first - mx) / p.temperature));
+            sum += c.first;
+        }
+        const double r = uniform() * sum;
+        double acc = 0;
+        for (const auto& c : cand) {
+            acc += c.first;
+            if (r < acc) {
+                last_prob = static_cast<float>(c.first / sum);
+                return c.second;
+            }
+        }
+        last_prob = static_cast<float>(cand.back().first / sum);
+        return cand.back().second;
+    }
+};
+
+// The fast paths choose exactly what the plain code chose: random vocabularies (odd sizes, not
+// multiples of the 16-lane groups or 64-logit chunks), logits rounded to few values so that
+// ties abound, banned (-inf), NaN and +inf entries, every sampling setting, long runs of seeds.
+TEST(Sampler, FastPathsChooseAsThePlainCode) {
+    std::mt19937 rng(2026);
+    const float inf = std::numeric_limits<float>::infinity();
+    int n_checked = 0;
+    for (int trial = 0; trial < 400; ++trial) {
+        const int32_t n = 1 + static_cast<int32_t>(rng() % (trial % 4 == 0 ? 70 : 5000));
+        std::vector<float> base(static_cast<size_t>(n));
+        std::normal_distribution<float> nd(0.0f, 1.0f + static_cast<float>(trial % 7));
+        const float step = trial % 3 == 0 ? 0.5f : trial % 3 == 1 ? 0.0f : 1e-3f;
+        for (float& x : base) x = step > 0 ? std::round(nd(rng) / step) * step : nd(rng);
+        if (trial % 5 == 1) base[rng() % n] = -inf;
+        if (trial % 5 == 2) base[rng() % n] = std::nanf("");
+        if (trial % 11 == 3) base[0] = std::nanf("");
+        if (trial % 13 == 4) base[rng() % n] = inf;
+        if (trial % 17 == 5) std::fill(base.begin(), base.end(), -inf);
+        SamplingParams p;
+        p.seed = 1000 + static_cast<uint64_t>(trial);
+        p.temperature = trial % 6 == 0 ? 0.0f : 0.3f + 0.2f * static_cast<float>(trial % 8);
+        const int ks[] = {0, 1, 2, 5, 40, 100, 1000};
+        p.top_k = ks[trial % 7];
+        p.top_p = trial % 4 == 0 ? 1.0f : 0.9f;
+        p.min_p = trial % 3 == 0 ? 0.0f : 0.05f;
+        Sampler fast(p, n);
+        PlainSampler plain(p);
+        for (int step_i = 0; step_i < 6; ++step_i) {
+            std::vector<float> a = base, b = base;
+            const int32_t got = fast.sample(a, {});
+            const int32_t want = plain.sample(b);
+            ASSERT_EQ(got, want) << "trial " << trial << " step " << step_i << " n " << n << " top_k " << p.top_k;
+            ASSERT_EQ(fast.last_prob(), plain.last_prob) << "trial " << trial;
+            ++n_checked;
+        }
+    }
+    EXPECT_EQ(n_checked, 2400);
 }
 
 }  // namespace
