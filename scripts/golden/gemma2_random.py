@@ -2,7 +2,7 @@
 """A tiny random-weight Gemma 2 GGUF and llama.cpp's answers on it (attention and final logit
 soft-capping, sliding window).
 
-Writes, with the `gguf` package, tests/model/golden/gemma2_random.gguf: general.architecture
+Writes, with the `gguf` package, a GGUF file: general.architecture
 gemma2, 2 layers (layer 0 local with a 6-position window, layer 1 global: llama.cpp's gemma2
 pattern 2), 64 wide, 2 query heads of 32 sharing 1 KV head, FFN 128, vocabulary 256 (token ids
 only, tokenizer "none"), F32 weights (F16 ones would round the activations to F16, whose
@@ -12,16 +12,23 @@ enough that the scaled Q·K scores reach ~26 against attn_logit_softcapping = 5 
 and post-norm weights of ~8 make the blocks, not the token's own embedding, decide the logits,
 whose raw values exceed final_logit_softcapping = 12.
 
-Then runs llama.cpp (llama-cpp-python, built by pip the ordinary way; flash attention off, F16 KV
+Then runs llama.cpp on that file (llama-cpp-python, built by pip the ordinary way; flash attention off, F16 KV
 cache, 2 threads) on PROMPT (22 tokens, longer than the window) and writes
 tests/model/golden/gemma2_llamacpp.json: {prompt, logits (last prompt position), greedy (16
 tokens), margins (top-1 minus top-2 before each greedy token), logits_uncapped, max_abs_score}.
 logits_uncapped are llama.cpp's logits for the same weights with the attention cap set to 1e30
 (no capping): the C++ test checks that ferrox is far from them, i.e. that the cap bites.
 max_abs_score is the largest |Q·K| llama.cpp computed before capping (its cb_eval tensor kq).
+model_sha256 is the file's sha256.
 
-Usage: python3 scripts/golden/gemma2_random.py
+The model itself is not committed: the test suite writes it again (a ctest fixture runs
+`--model-only PATH`, which needs only numpy and gguf) and refuses a file whose sha256 differs
+from the one llama.cpp answered for.
+
+Usage: python3 scripts/golden/gemma2_random.py                   # model + llama.cpp golden
+       python3 scripts/golden/gemma2_random.py --model-only PATH  # the model alone, checked
 """
+import hashlib
 import ctypes
 import json
 import os
@@ -29,8 +36,6 @@ import sys
 import tempfile
 
 import gguf
-import llama_cpp
-import llama_cpp.llama_cpp as L
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,8 +103,16 @@ class GgmlTensor(ctypes.Structure):
                 ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64)]
 
 
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def run(path, want_scores):
     """llama.cpp's last prompt logits, greedy tokens and margins; the max |kq| if asked."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as L
+
     max_score = [0.0]
 
     def cb(t, ask, _):
@@ -144,11 +157,27 @@ def run(path, want_scores):
     return logits, greedy, margins, max_score[0]
 
 
+def model_only(path):
+    """Writes the model to PATH; fails unless it is the file the golden data was made on."""
+    write_model(path, ATTN_CAP)
+    with open(os.path.join(OUT, "gemma2_llamacpp.json")) as f:
+        want = json.load(f)["model_sha256"]
+    got = sha256(path)
+    if got != want:
+        os.remove(path)
+        sys.exit(f"gemma2_random.py: wrote {path} with sha256 {got}, but the golden data was made "
+                 f"on {want} (another numpy or gguf version?); rerun the script with llama-cpp-python")
+
+
 def main():
-    model = os.path.join(OUT, "gemma2_random.gguf")
-    write_model(model, ATTN_CAP)
-    logits, greedy, margins, max_score = run(model, True)
+    if len(sys.argv) == 3 and sys.argv[1] == "--model-only":
+        return model_only(sys.argv[2])
+    import llama_cpp
     with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "gemma2_random.gguf")
+        write_model(model, ATTN_CAP)
+        model_sha = sha256(model)
+        logits, greedy, margins, max_score = run(model, True)
         uncapped = os.path.join(d, "uncapped.gguf")
         write_model(uncapped, 1e30)
         logits_uncapped, _, _, _ = run(uncapped, False)
@@ -156,7 +185,7 @@ def main():
     assert float(np.abs(logits).max()) > 0.5 * FINAL_CAP
     out = {"_generator": "scripts/golden/gemma2_random.py", "_llama_cpp_python": llama_cpp.__version__,
            "attn_logit_softcapping": ATTN_CAP, "final_logit_softcapping": FINAL_CAP, "n_swa": N_SWA,
-           "prompt": PROMPT, "max_abs_score": round(max_score, 4),
+           "model_sha256": model_sha, "prompt": PROMPT, "max_abs_score": round(max_score, 4),
            "logits": [float(x) for x in logits], "greedy": greedy, "margins": margins,
            "logits_uncapped": [float(x) for x in logits_uncapped]}
     with open(os.path.join(OUT, "gemma2_llamacpp.json"), "w") as f:

@@ -1,6 +1,7 @@
 // Gemma 2 against llama.cpp on a tiny random-weight checkpoint that carries no tokenizer
-// (tests/model/golden/gemma2_random.gguf, 365 KB, written by scripts/golden/gemma2_random.py
-// with the `gguf` package; the same script ran llama.cpp on it for gemma2_llamacpp.json).
+// (365 KB, written into the build tree by scripts/golden/gemma2_random.py --model-only, the
+// ctest fixture gemma2_random_model, with numpy and the `gguf` package; the same script ran
+// llama.cpp on the same bytes, sha256 checked, for tests/model/golden/gemma2_llamacpp.json).
 // Its Q·K scores reach ~26 against an attention cap of 5 and its raw logits exceed the final
 // cap of 12, so both soft-cappings change the answer: llama.cpp's logits for the same weights
 // without the attention cap are ~11 away, and the test checks ferrox is far from those.
@@ -27,7 +28,7 @@ protected:
     static void SetUpTestSuite() {
         std::ifstream in(kGolden + "gemma2_llamacpp.json");
         golden_ = new nlohmann::json(nlohmann::json::parse(in));
-        auto g = GgufFile::open(kGolden + "gemma2_random.gguf");
+        auto g = GgufFile::open(FERROX_GEMMA2_MODEL);
         ASSERT_TRUE(g.has_value()) << g.status().message();
         gguf_ = std::move(*g).release();
         ModelOptions mo;
