@@ -35,6 +35,7 @@ const std::vector<FlagSpec> kBenchFlags = {
      "sequences decoded together in tg tests, comma-separated (default 1): tgN x S is N steps of S tokens"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
+    {{"--ggml-order"}, false, "Q4_1 products in ggml's x86 order (llama.cpp's bits) instead of the block order"},
     {{"-o", "--output"}, true, "md (default) or jsonl"},
     {{"-h", "--help"}, false, "this help"},
 };
@@ -275,6 +276,7 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
     j["type_k"] = "f16";
     j["type_v"] = "f16";
     j["use_mmap"] = opts.mmap;
+    j["ggml_order"] = opts.ggml_order;
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
     j["n_parallel"] = r.n_seq;
@@ -378,6 +380,7 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
         mo.max_batch_tokens = std::max(max_seq, std::min(opts.n_batch, max_prompt));
         mo.max_ctx = max_pos;
         mo.mmap = opts.mmap;
+        mo.ggml_order = opts.ggml_order;
         FERROX_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, load(mo));
         const int32_t bos = use_bos && **bos_id >= 0 && **bos_id < model->n_vocab()
                                 ? static_cast<int32_t>(**bos_id)
@@ -444,6 +447,7 @@ int cmd_bench(int argc, char** argv) {
     }
     if (args->has("--mmap")) opts.mmap = true;
     if (args->has("--no-mmap")) opts.mmap = false;
+    opts.ggml_order = args->has("--ggml-order");
     const std::string out = args->get("-o").value_or("md");
     if (out == "jsonl") {
         opts.output = BenchOutput::kJsonl;

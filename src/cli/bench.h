@@ -32,6 +32,7 @@ struct BenchOptions {
     int n_reps = 5;
     int n_batch = 512;                // most tokens in one forward pass
     bool mmap = ModelOptions{}.mmap;  // map the file, or copy the weights (as `ferrox run`)
+    bool ggml_order = ModelOptions{}.ggml_order;  // Q4_1 in ggml's x86 order (ModelOptions)
     BenchOutput output = BenchOutput::kMarkdown;
 };
 

@@ -53,6 +53,7 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
+    {{"--ggml-order"}, false, "sum Q4_1 products in ggml's x86 order: logits bit-identical to llama.cpp's x86 build, about 1.4x slower in batches and prompts (default: the reference block order)"},
     {{"-h", "--help"}, false, "this help"},
 };
 
@@ -195,6 +196,7 @@ int cmd_run(int argc, char** argv) {
 
     ModelOptions mo;
     mo.n_threads = *n_threads;
+    mo.ggml_order = args->has("--ggml-order");
     auto hp_ctx = gguf->get_int(gguf->get_string("general.architecture").value().value_or("") + ".context_length");
     int ctx = *n_ctx > 0 ? *n_ctx : std::min<int>(4096, hp_ctx.has_value() && hp_ctx->has_value() ? static_cast<int>(**hp_ctx) : 4096);
     if (static_cast<int>(ids.size()) >= ctx) {
@@ -258,6 +260,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
+    {{"--ggml-order"}, false, "sum Q4_1 products in ggml's x86 order: logits bit-identical to llama.cpp's x86 build, about 1.4x slower in batches and prompts (default: the reference block order)"},
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
     {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
@@ -440,6 +443,7 @@ int cmd_serve(int argc, char** argv) {
     mo.max_ctx = *kv_budget > 0 && !args->has("-c") ? (1 << 17) : *n_ctx;
     mo.max_batch_tokens = *n_batch;
     mo.mmap = args->has("--mmap");
+    mo.ggml_order = args->has("--ggml-order");
     EngineOptions& eo = defaults->engine;
     eo.n_parallel = *n_par;
     eo.n_ctx = *n_ctx;

@@ -1,20 +1,25 @@
 // Q4_0 and Q8_0 repacked in groups of 8 rows, and their matrix product (decode, batches and
-// prompts alike); see QuantKernels::repack8 / gemm_packed8 in quants.h. Compiled with
+// prompts alike); see QuantKernels::repack8 / gemm_packed8 in quants.h. Also Q4_1's product in
+// the same block order (QuantKernels::gemm_packed8_ref_order), on the layout of
+// quants_avx2.cc's repack8_q4. Compiled with
 // -mavx2 -mfma -mf16c -ffp-contract=off; see simd_avx2.h for why this file calls no inline
 // function of external linkage.
 //
 // Layout, per group of 8 rows and per block of 32 elements: the 8 scales d (F16), then for each
 // lane l the 4 quant bytes of lane l of each of the 8 rows (32 bytes, row r at 4r). Q4_0 has 4
 // lanes: bytes qs[4l..4l+3], whose low nibbles are elements 4l..4l+3 and high nibbles elements
-// 16+4l..; Q8_0 has 8 lanes, elements 4l..4l+3.
+// 16+4l..; Q8_0 has 8 lanes, elements 4l..4l+3. Q4_1 is Q4_0's layout with the 8 minimums m
+// (F16) after the 8 scales.
 // One 32-byte load then serves 8 rows against a broadcast of 4 activation bytes.
 //
 // Order: every output is vec_dot_ref's, bit for bit. Per block the integer sum of products is
 // exact (summed here in any order), then scaled and added in float with the reference's
-// operations in the reference's order, sum += (s * dx) * dy. Each of the 8 rows of a group is one float lane, so the order
-// cannot depend on how many rows or activation rows a call covers.
+// operations in the reference's order, sum += (s * dx) * dy (Q4_1: sum += (dx * dy) * s + m * ys,
+// with the activation block's ys = d * sum(q)). Each of the 8 rows of a group is one float lane,
+// so the order cannot depend on how many rows or activation rows a call covers.
 //
-// (Q4_1 keeps ggml's order instead: quants_avx2.cc.)
+// (Q4_1's gemm_packed8 keeps ggml's order instead, bit-identical to llama.cpp's x86 build:
+// quants_avx2.cc.)
 //
 // Integer ranges: Q4 nibbles are unsigned (Q4_0's sum of (q - 8) * y is sum(q * y) - 8 sum(y)),
 // so a maddubs pair is at most 2 * 15 * 127 and the 8 pair sums of a block add up to at most
@@ -40,9 +45,11 @@ constexpr int kCols = 2;              // activation rows per pass
 template <typename WB>
 struct Fmt {
     static constexpr bool kQ8 = std::is_same_v<WB, BlockQ8_0>;
-    using YB = BlockQ8_0;
+    static constexpr bool kMin = std::is_same_v<WB, BlockQ4_1>;  // minimums, and offsets m * ys
+    static constexpr bool kSum = !kQ8 && !kMin;                   // Q4_0's - 8 * sum(y)
+    using YB = std::conditional_t<kMin, BlockQ8_1, BlockQ8_0>;
     static constexpr int kLanes = kQ8 ? 8 : 4;
-    static constexpr int64_t kHeader = 16;
+    static constexpr int64_t kHeader = kMin ? 32 : 16;
     static constexpr int64_t kBlockBytes = 8 * static_cast<int64_t>(sizeof(WB));
     static_assert(kHeader + 32 * kLanes == kBlockBytes);
 };
@@ -69,14 +76,17 @@ void repack8(const void* src, int64_t n, int64_t n_rows, void* dst) {
 struct ColBlock {
     float dy;       // y.d
     int32_t sum8;   // Q4_0: 8 * sum of the 32 activation bytes
+    float sy;       // Q8_1 (Q4_1's activations): y.s
 };
 
-// The table entry of one activation block; Q8_0 weights need no activation sum.
-template <bool kSum>
-inline ColBlock col_block(const BlockQ8_0& y) {
+// The table entry of one activation block; Q8_0 and Q4_1 weights need no activation sum.
+template <bool kSum, typename YB>
+inline ColBlock col_block(const YB& y) {
     ColBlock e;
     e.dy = f16_to_f32(y.d);
     e.sum8 = 0;
+    e.sy = 0;
+    if constexpr (std::is_same_v<YB, BlockQ8_1>) e.sy = f16_to_f32(y.s);
     if constexpr (kSum) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
         e.sum8 = 8 * hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1)));
@@ -94,6 +104,23 @@ inline __m256i bcast4(const int8_t* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
+}
+
+// The float step of one block for 8 rows: the reference's term for integer sums s (as floats),
+// row scales dx and (Q4_1) minimums mx. Added to the running sum by the caller.
+template <typename WB>
+inline __m256 block_term(__m256 s, __m256 dx, [[maybe_unused]] __m256 mx, const ColBlock& e) {
+    if constexpr (Fmt<WB>::kMin)
+        return _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(dx, _mm256_set1_ps(e.dy)), s),
+                             _mm256_mul_ps(mx, _mm256_set1_ps(e.sy)));
+    return _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_set1_ps(e.dy));
+}
+
+// The minimums of the group's block at p (Q4_1), else unused.
+template <typename WB>
+inline __m256 load_mins(const uint8_t* p) {
+    if constexpr (Fmt<WB>::kMin) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    return _mm256_setzero_ps();
 }
 
 // Rows g*8..g*8+7 (the group at p) against NC activation columns; acc[c] holds the 8 rows'
@@ -152,10 +179,9 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
 #endif
         }
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) {
-            const __m256 s = _mm256_cvtepi32_ps(isum[c]);
-            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_set1_ps(cb[c].dy)));
-        }
+        const __m256 mx = load_mins<WB>(p);
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c)
+            acc[c] = _mm256_add_ps(acc[c], block_term<WB>(_mm256_cvtepi32_ps(isum[c]), dx, mx, cb[c]));
     }
 }
 
@@ -168,7 +194,7 @@ void columns_pass(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a
     _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const YB*>(a + c * a_row_bytes);
     ColBlock cb[kMaxBlocks * NC];
     for (int64_t b = 0; b < nb; ++b) {
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) cb[b * NC + c] = col_block<!F::kQ8>(y[c][b]);
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c) cb[b * NC + c] = col_block<F::kSum>(y[c][b]);
     }
     for (int64_t g = 0; g < n_rows / 8; ++g) {
         __m256 acc[NC];
@@ -187,8 +213,8 @@ constexpr int kManyCols = 64;
 constexpr int kManyColsFrom = 8;
 constexpr int64_t kChunkBlocks = 32;
 
-template <typename WB>  // BlockQ4_0 (Q8_0's sign trick needs the weights again per column:
-                        // its 2-column passes measured as fast)
+template <typename WB>  // BlockQ4_0 or BlockQ4_1 (Q8_0's sign trick needs the weights again per
+                        // column: its 2-column passes measured as fast)
 void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a, int64_t a_row_bytes,
                        int64_t n_cols, float* out, int64_t out_stride) {
     using F = Fmt<WB>;
@@ -205,7 +231,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
             const int64_t nbk = nb - b0 < kChunkBlocks ? nb - b0 : kChunkBlocks;
             for (int64_t b = 0; b < nbk; ++b) {
                 for (int c = 0; c < nc; ++c)
-                    cb[b * nc + c] = col_block<true>(reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b]);
+                    cb[b * nc + c] = col_block<F::kSum>(reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b]);
             }
             for (int64_t g = 0; g < n_rows / 8; ++g) {
                 float* og = out + c0 * out_stride + 8 * g;
@@ -215,6 +241,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                 const uint8_t* p = w + (g * nb + b0) * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p += F::kBlockBytes) {
                     const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+                    const __m256 mx = load_mins<WB>(p);
                     const ColBlock* e = cb + b * nc;
                     const int8_t* yq = reinterpret_cast<const YB*>(ac)[b0 + b].qs;
                     __m256i lo[4], hi[4];
@@ -231,8 +258,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                             p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[l], bcast4(yq + 16 + 4 * l)));
                         }
                         const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(e[c].sum8));
-                        const __m256 sf = _mm256_cvtepi32_ps(isum);
-                        const __m256 t = _mm256_mul_ps(_mm256_mul_ps(sf, dx), _mm256_set1_ps(e[c].dy));
+                        const __m256 t = block_term<WB>(_mm256_cvtepi32_ps(isum), dx, mx, e[c]);
                         _mm256_store_ps(acc + 8 * c, _mm256_add_ps(_mm256_load_ps(acc + 8 * c), t));
                     }
                 }
@@ -249,7 +275,8 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
 // activation chunk and every instruction serves 16 rows. Per block the group pair is unpacked
 // once into 8 vectors of unsigned bytes, u[j], each against 4 activation bytes at kYOff[j], and
 // a column costs 8 broadcast loads and 8 vpdpbusd (exact 32-bit sums, no saturation).
-//  - Q4_0: u = the nibbles; the sum of q * y minus 8 * sum(y) per column, as on AVX2.
+//  - Q4_0: u = the nibbles; the sum of q * y minus 8 * sum(y) per column, as on AVX2. Q4_1:
+//    the nibbles and their plain sum of q * y.
 //  - Q8_0: vpdpbusd multiplies unsigned by signed bytes, so the activations are the unsigned
 //    ones, y + 128 (y ^ 0x80, built once per chunk of columns and blocks), and the signed
 //    weights the other operand; 128 * sum(w) per row, shared by every column, is subtracted.
@@ -305,7 +332,7 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
             for (int64_t b = 0; b < nbk; ++b) {
                 for (int c = 0; c < nc; ++c) {
                     const YB& yb = reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b];
-                    cb[b * nc + c] = col_block<!W::kQ8>(yb);
+                    cb[b * nc + c] = col_block<F::kSum>(yb);
                     if constexpr (W::kQ8) {
                         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb.qs));
                         _mm256_store_si256(reinterpret_cast<__m256i*>(yu + (b * nc + c) * kQK),
@@ -322,6 +349,8 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                 const uint8_t* p1 = p0 + nb * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
                     const __m512 dx = cvt2x8_f16(p0, p1);
+                    [[maybe_unused]] __m512 mx;
+                    if constexpr (F::kMin) mx = cvt2x8_f16(p0 + 16, p1 + 16);
                     __m512i u[8], corr;
                     W::unpack(p0, p1, u, &corr);
                     const ColBlock* e = cb + b * nc;
@@ -330,8 +359,7 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                     const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
                     for (int c = 0; c < nc; ++c, yq += ystep) {
                         // Two chains of 4 (vpdpbusd's latency), joined exactly.
-                        __m512i s0 = W::kQ8 ? _mm512_setzero_si512() : _mm512_set1_epi32(-e[c].sum8);
-                        __m512i s1 = _mm512_setzero_si512();
+                        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
                         _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
                             if constexpr (W::kQ8) {
                                 s0 = dpbusd(s0, _mm512_set1_epi32(load_i32(yq + W::kYOff[j])), u[j]);
@@ -343,7 +371,14 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                         }
                         __m512i isum = _mm512_add_epi32(s0, s1);
                         if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, corr);
-                        const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), dx), _mm512_set1_ps(e[c].dy));
+                        if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e[c].sum8));
+                        const __m512 sf = _mm512_cvtepi32_ps(isum);
+                        __m512 t;
+                        if constexpr (F::kMin)
+                            t = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(e[c].dy)), sf),
+                                              _mm512_mul_ps(mx, _mm512_set1_ps(e[c].sy)));
+                        else
+                            t = _mm512_mul_ps(_mm512_mul_ps(sf, dx), _mm512_set1_ps(e[c].dy));
                         _mm512_store_ps(acc + 16 * c, _mm512_add_ps(_mm512_load_ps(acc + 16 * c), t));
                     }
                 }
@@ -401,6 +436,7 @@ void override_packed(QuantKernels* table) {
     table[kernel_index(DType::kQ4_0)].gemm_packed8 = gemm_packed8<BlockQ4_0>;
     table[kernel_index(DType::kQ8_0)].repack8 = repack8<BlockQ8_0>;
     table[kernel_index(DType::kQ8_0)].gemm_packed8 = gemm_packed8<BlockQ8_0>;
+    table[kernel_index(DType::kQ4_1)].gemm_packed8_ref_order = gemm_packed8<BlockQ4_1>;
 }
 
 }  // namespace detail::FERROX_ISA_NS

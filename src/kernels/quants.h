@@ -91,6 +91,14 @@ struct QuantKernels {
     void (*repack8)(const void* src, int64_t n, int64_t n_rows, void* dst) = nullptr;
     void (*gemm_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                          int64_t n_cols, float* out, int64_t out_stride) = nullptr;
+    // Q4_1 only (null for other types and on the scalar ISA): gemm_packed8 on the same packed
+    // layout in vec_dot_ref's order, one integer sum per block scaled in float, as every other
+    // quantized type's gemm_packed8: the same bits on every ISA (the scalar ISA's vec_dot), and
+    // about twice the batched throughput of ggml's order (one conversion and one multiply-add
+    // per block instead of per 4 products), but not llama.cpp's x86 bits. The model chooses
+    // (ModelOptions::ggml_order).
+    void (*gemm_packed8_ref_order)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                                   int64_t n_cols, float* out, int64_t out_stride) = nullptr;
     // The activation rows gemm_packed8 takes: packed_act_type, made by quantize_packed_act_row.
     // act_type and quantize_act_row for every type but F16, whose packed kernel takes F32 rows
     // holding the values rounded to F16 (the same numbers as act_type's, kept in the form the

@@ -263,6 +263,10 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
 // mapped, not read into a buffer first, so each weight byte is read once and written once
 // (reading the whole file into huge pages and repacking from there took twice the page zeroing
 // and copying).
+Model::GemmPacked Model::packed_gemm(const QuantKernels& k) const {
+    return !opts_.ggml_order && k.gemm_packed8_ref_order ? k.gemm_packed8_ref_order : k.gemm_packed8;
+}
+
 void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
     struct Move {
         const TensorView** w;
@@ -433,7 +437,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                 const TensorView& w = *jobs[j].w;
                 const Slot& sl = slots[slot_of[j]];
                 const int64_t r = (u - unit_begin[j]) * kPackedTile;
-                quant_kernels(w.type).gemm_packed8(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
+                packed_gemm(quant_kernels(w.type))(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
                                                    std::min(kPackedTile, w.ne[1] - r), sl.data, sl.row_bytes, n_tok,
                                                    jobs[j].y + r, w.ne[1]);
             }
@@ -479,7 +483,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                     const int nt = std::min(tok_chunk, tok_end - t0);
                     for (int64_t r = r0; r < r1; r += kPackedTile) {
                         const int64_t nr = std::min(kPackedTile, r1 - r);
-                        kq.gemm_packed8(sl.n_in, wdata + r * w_row, nr, sl.data + t0 * sl.row_bytes, sl.row_bytes,
+                        packed_gemm(kq)(sl.n_in, wdata + r * w_row, nr, sl.data + t0 * sl.row_bytes, sl.row_bytes,
                                         nt, y + static_cast<int64_t>(t0) * n_out + r, n_out);
                     }
                 }

@@ -20,6 +20,8 @@
 
 namespace ferrox {
 
+struct QuantKernels;
+
 enum class FfnActivation {
     kSilu,      // SwiGLU: silu(gate) * up
     kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma)
@@ -94,6 +96,11 @@ struct ModelOptions {
     bool mmap = false;
     // Repack matrices of types with a packed decode layout (8 rows interleaved) at load.
     bool repack = true;
+    // Q4_1 matrices summed in ggml's x86 order (8 lanes of 4 products per block, each scaled):
+    // logits bit-identical to llama.cpp's x86 build, at about half the batched throughput of
+    // the default, the reference block order (QuantKernels::gemm_packed8_ref_order), whose
+    // logits are the same on every ISA. Other types have one order.
+    bool ggml_order = false;
 };
 
 class Model final : public ForwardModel {
@@ -128,6 +135,10 @@ private:
     };
     static constexpr int kMaxMatJobs = 3;
     void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
+    // The packed product of a type's kernels in the order ModelOptions::ggml_order chose.
+    using GemmPacked = void (*)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
+                                int64_t n_cols, float* out, int64_t out_stride);
+    GemmPacked packed_gemm(const QuantKernels& k) const;
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);
     void place_weights(const GgufFile& f, bool repack, bool copy);

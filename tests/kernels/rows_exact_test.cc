@@ -128,7 +128,7 @@ float packed_oracle(DType t, int64_t n, const void* w, const void* a) {
 TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
     std::mt19937 rng(5);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    int n_packed = 0;
+    int n_packed = 0, n_ref_order = 0;
     for (DType t : {DType::kF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
                     DType::kQ6_K}) {
         const QuantKernels& k = quant_kernels(t);
@@ -178,27 +178,42 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
                         }
                     }
                     const int64_t stride = n_rows + 5;
-                    std::vector<float> got(static_cast<size_t>(stride * n_cols), 12345.0f);
-                    k.gemm_packed8(n, packed.data(), n_rows, a.data(), arow, n_cols, got.data(), stride);
-                    for (int64_t c = 0; c < n_cols; ++c) {
-                        for (int64_t r = 0; r < stride; ++r) {
-                            const float g = got[c * stride + r];
-                            if (r >= n_rows) {
-                                ASSERT_EQ(g, 12345.0f) << "wrote outside the outputs";
-                                continue;
+                    // Each packed product of the type against its oracle: gemm_packed8 against
+                    // packed_oracle, Q4_1's gemm_packed8_ref_order against vec_dot_ref.
+                    const auto check = [&](auto gemm, bool ref_order) {
+                        std::vector<float> got(static_cast<size_t>(stride * n_cols), 12345.0f);
+                        gemm(n, packed.data(), n_rows, a.data(), arow, n_cols, got.data(), stride);
+                        for (int64_t c = 0; c < n_cols; ++c) {
+                            for (int64_t r = 0; r < stride; ++r) {
+                                const float g = got[c * stride + r];
+                                if (r >= n_rows) {
+                                    ASSERT_EQ(g, 12345.0f) << "wrote outside the outputs";
+                                    continue;
+                                }
+                                const void* wr = w.data() + r * row;
+                                const void* ac = a.data() + c * arow;
+                                const float want = ref_order ? vec_dot_ref(t, n, wr, ac) : packed_oracle(t, n, wr, ac);
+                                ASSERT_EQ(std::memcmp(&g, &want, 4), 0)
+                                    << dtype_name(t) << (ref_order ? " (ref order)" : "") << " n " << n << " "
+                                    << n_rows << "x" << n_cols << " at row " << r << " col " << c << ": " << g
+                                    << " vs " << want;
                             }
-                            const float want = packed_oracle(t, n, w.data() + r * row, a.data() + c * arow);
-                            ASSERT_EQ(std::memcmp(&g, &want, 4), 0)
-                                << dtype_name(t) << " n " << n << " " << n_rows << "x" << n_cols << " at row " << r
-                                << " col " << c << ": " << g << " vs " << want;
                         }
+                    };
+                    check(k.gemm_packed8, false);
+                    if (k.gemm_packed8_ref_order) {
+                        ASSERT_EQ(t, DType::kQ4_1);
+                        check(k.gemm_packed8_ref_order, true);
+                        ++n_ref_order;
                     }
+                    if (HasFatalFailure()) return;
                 }
             }
         }
     }
     if (GetParam() != "scalar") {
         EXPECT_GE(n_packed, 3);  // Q4_0, Q4_1, Q8_0
+        EXPECT_GT(n_ref_order, 0);  // Q4_1's block order
     }
 }
 
