@@ -86,8 +86,9 @@ struct QuantKernels {
     // is vec_dot_ref's (one integer sum per block, scaled and added in float, block by block),
     // so the scalar reference is the oracle bit for bit; for F16 it is a single float
     // multiply-add chain over the elements in order. Exception: Q4_1, the default model's type,
-    // keeps vec_dot's order (ggml's, which llama.cpp runs for Q4_1 in prompts and decode), so
-    // that model's logits stay bit-identical to llama.cpp's. Needs n / block size <= 1024.
+    // whose gemm_packed8 keeps vec_dot's order (ggml's, which llama.cpp runs for Q4_1 in prompts
+    // and decode: that model's logits bit-identical to llama.cpp's), and whose
+    // gemm_packed8_ref_order below has the block order. Needs n / block size <= 1024.
     void (*repack8)(const void* src, int64_t n, int64_t n_rows, void* dst) = nullptr;
     void (*gemm_packed8)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                          int64_t n_cols, float* out, int64_t out_stride) = nullptr;

@@ -291,10 +291,11 @@ void vec_dot_tile(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
 
 // ---- Q4_1 repacked in groups of 8 rows, in ggml's order ----
 //
-// Q4_1 is the default model's type, and its outputs must stay bit-identical to llama.cpp's
-// (which runs ggml's vec_dot for Q4_1 in prompts and decode alike), so its packed kernel keeps
-// the 8 lane accumulators per row of dot_q4_1. (Q4_0 and Q8_0, whose llama.cpp kernels do not
-// share one order either, use the block-integer order of packed_avx2.cc, which is faster.)
+// Q4_1 is the default model's type. With ModelOptions::ggml_order its outputs are bit-identical
+// to llama.cpp's (which runs ggml's vec_dot for Q4_1 in prompts and decode alike), so this
+// packed kernel keeps the 8 lane accumulators per row of dot_q4_1. (By default Q4_1, like Q4_0
+// and Q8_0, whose llama.cpp kernels do not share one order either, runs the block-integer
+// order of packed_avx2.cc on this same layout, which is faster.)
 //
 // Per group of 8 rows and per block: the 8 scales d (F16), for Q4_1 the 8 minimums m (F16),
 // then for l = 0..3 the bytes qs[4l..4l+3] of each of the 8 rows (32 bytes). Lane l (< 4) of
