@@ -354,6 +354,11 @@ TEST_F(ScriptedModelTest, ChunkedPrefillAndPreemption) {
     eo.max_batch_tokens = 7;   // prompts of ~30 tokens go in chunks
     auto e = engine(m, eo);
     ASSERT_TRUE(e);
+    SpyModel& s = spy(m);
+    OpenOnExit guard{s};
+    // All three wait at the first forward: on a loaded machine the first request could
+    // otherwise end before the third arrives, and nothing would be preempted.
+    s.close();
     const std::vector<std::pair<std::string, std::string>> reqs = {
         {chat("Please tell me, what is the weather like?"), kToolCall},
         {chat("Please tell me, what is 2 + 2 exactly?"), kThink},
@@ -363,6 +368,7 @@ TEST_F(ScriptedModelTest, ChunkedPrefillAndPreemption) {
         cs.push_back(std::make_unique<Collector>());
         ASSERT_TRUE(e->submit(ids(*m, prompt), greedy(), cs.back()->sink()).has_value());
     }
+    s.open();
     for (size_t i = 0; i < reqs.size(); ++i) {
         ASSERT_TRUE(cs[i]->wait());
         EXPECT_EQ(cs[i]->text, reqs[i].second) << reqs[i].first;
