@@ -64,8 +64,9 @@ double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float
 }
 
 // gemm_packed8 on one 64-row tile, n_cols activation rows: seconds per call (best trial).
-double bench_packed(DType t, int64_t n_cols, int iters, float* sink) {
+double bench_packed(DType t, int64_t n_cols, int iters, float* sink, bool ref_order = false) {
     const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
+    const auto gemm = ref_order ? k.gemm_packed8_ref_order : k.gemm_packed8;
     const int64_t n_rows = 64, n = 2048;
     const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
     std::vector<uint8_t> w(static_cast<size_t>(row_bytes * n_rows)), packed(w.size());
@@ -82,7 +83,7 @@ double bench_packed(DType t, int64_t n_cols, int iters, float* sink) {
     }
     std::vector<float> out(static_cast<size_t>(n_rows * n_cols));
     auto run = [&] {
-        k.gemm_packed8(n, packed.data(), n_rows, a.data(), a_row, n_cols, out.data(), n_rows);
+        gemm(n, packed.data(), n_rows, a.data(), a_row, n_cols, out.data(), n_rows);
         *sink += out[0];
     };
     return best_seconds(run, iters);
@@ -113,11 +114,16 @@ int main(int argc, char** argv) {
         for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                         DType::kF16}) {
             if (ferrox::quant_kernels(t).repack8 == nullptr) continue;
-            const double s1 = bench_packed(t, 1, iters, &sink);
-            const double s64 = bench_packed(t, 64, iters / 8 + 1, &sink);
-            const double bytes = static_cast<double>(ferrox::dtype_row_bytes(t, 2048)) * 64;
-            std::printf("%-6s %-5s gemm_packed8 64x2048  1 col %6.2f GB/s   64 cols %6.1f G mul-add/s\n", isa,
-                        std::string(ferrox::dtype_name(t)).c_str(), bytes / s1 / 1e9, 64.0 * 2048 * 64 / s64 / 1e9);
+            for (bool ref_order : {false, true}) {
+                if (ref_order && !ferrox::quant_kernels(t).gemm_packed8_ref_order) continue;
+                const double s1 = bench_packed(t, 1, iters, &sink, ref_order);
+                const double s16 = bench_packed(t, 16, iters / 4 + 1, &sink, ref_order);
+                const double s64 = bench_packed(t, 64, iters / 8 + 1, &sink, ref_order);
+                const double bytes = static_cast<double>(ferrox::dtype_row_bytes(t, 2048)) * 64;
+                std::printf("%-6s %-5s%s gemm_packed8 64x2048  1 col %6.2f GB/s   16 cols %6.1f   64 cols %6.1f G mul-add/s\n",
+                            isa, std::string(ferrox::dtype_name(t)).c_str(), ref_order ? " (ref order)" : "",
+                            bytes / s1 / 1e9, 16.0 * 2048 * 64 / s16 / 1e9, 64.0 * 2048 * 64 / s64 / 1e9);
+            }
         }
     }
     return sink == 12345.678f ? 1 : 0;  // keeps the results alive
