@@ -358,18 +358,16 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                                                : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
                     const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
                     for (int c = 0; c < nc; ++c, yq += ystep) {
-                        // Two chains of 4 (vpdpbusd's latency), joined exactly.
-                        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-                        _Pragma("GCC unroll 4") for (int j = 0; j < 8; j += 2) {
+                        // One chain per column (the columns' chains are independent, so the
+                        // core overlaps them; a second chain would cost an add per column).
+                        __m512i isum = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j) {
                             if constexpr (W::kQ8) {
-                                s0 = dpbusd(s0, _mm512_set1_epi32(load_i32(yq + W::kYOff[j])), u[j]);
-                                s1 = dpbusd(s1, _mm512_set1_epi32(load_i32(yq + W::kYOff[j + 1])), u[j + 1]);
+                                isum = dpbusd(isum, _mm512_set1_epi32(load_i32(yq + W::kYOff[j])), u[j]);
                             } else {
-                                s0 = dpbusd(s0, u[j], _mm512_set1_epi32(load_i32(yq + W::kYOff[j])));
-                                s1 = dpbusd(s1, u[j + 1], _mm512_set1_epi32(load_i32(yq + W::kYOff[j + 1])));
+                                isum = dpbusd(isum, u[j], _mm512_set1_epi32(load_i32(yq + W::kYOff[j])));
                             }
                         }
-                        __m512i isum = _mm512_add_epi32(s0, s1);
                         if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, corr);
                         if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e[c].sum8));
                         const __m512 sf = _mm512_cvtepi32_ps(isum);

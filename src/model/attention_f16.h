@@ -54,6 +54,15 @@ struct AttnF16Kernels {
     // is converted once for all the heads.
     void (*dots_prefill_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
                                float scale, float* out, int out_stride);
+    // Decode, grouped-query: the n_q heads of one KV head for one token. Each cache row is
+    // converted once for all of them, and every head gets exactly the one-head functions' bits:
+    //   dots_decode_group: out[g * out_stride + j] = dot_decode(q + g * n, row j) * scale;
+    //   accumulate_run_group: for each head g, accumulate_run(p + g * p_stride, ...,
+    //   acc + g * acc_stride, n), the rows at p0.. going to partial rows (p0 + j) % n_rows.
+    void (*dots_decode_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
+                              float scale, float* out, int out_stride);
+    void (*accumulate_run_group)(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
+                                 int p0, int n_rows, float* acc, int acc_stride, int n);
 };
 
 template <float (*DotPrefill)(const float*, const uint16_t*, int)>
@@ -62,6 +71,27 @@ void attn_dots_prefill_group(const float* q, int n_q, const uint16_t* k, int str
     for (int g = 0; g < n_q; ++g)
         for (int j = 0; j < count; ++j)
             out[g * out_stride + j] = DotPrefill(q + g * n, k + static_cast<size_t>(j) * stride, n) * scale;
+}
+
+template <float (*DotDecode)(const float*, const uint16_t*, int)>
+void attn_dots_decode_group(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                            float* out, int out_stride) {
+    for (int g = 0; g < n_q; ++g)
+        for (int j = 0; j < count; ++j)
+            out[g * out_stride + j] = DotDecode(q + g * n, k + static_cast<size_t>(j) * stride, n) * scale;
+}
+
+template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>
+void attn_accumulate_run_group(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
+                               int p0, int n_rows, float* acc, int acc_stride, int n) {
+    for (int g = 0; g < n_q; ++g) {
+        int r = p0 % n_rows;
+        for (int j = 0; j < count; ++j) {
+            Accumulate(Round(p[g * p_stride + j]), v + static_cast<size_t>(j) * stride,
+                       acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
+            if (++r == n_rows) r = 0;
+        }
+    }
 }
 
 const AttnF16Kernels& attn_f16_kernels();

@@ -229,6 +229,60 @@ void dots_prefill_group_avx2(const float* q, int n_q, const uint16_t* k, int str
     }
 }
 
+// Grouped-query decode dots for a head size of 64: the cache row converted once into 8
+// registers, then per head dot_decode_avx2's four accumulators (a0 over elements 0-7 and
+// 32-39, a1 over 8-15 and 40-47, ...), started from zero as there, and its reduction.
+void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                            float* out, int out_stride) {
+    if (n != 64) {
+        attn_dots_decode_group<dot_decode_avx2>(q, n_q, k, stride, count, n, scale, out, out_stride);
+        return;
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    for (int j = 0; j < count; ++j) {
+        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
+        const __m256 k0 = load_f16(kr), k1 = load_f16(kr + 8), k2 = load_f16(kr + 16), k3 = load_f16(kr + 24);
+        const __m256 k4 = load_f16(kr + 32), k5 = load_f16(kr + 40), k6 = load_f16(kr + 48), k7 = load_f16(kr + 56);
+        for (int g = 0; g < n_q; ++g) {
+            const float* qg = q + g * 64;
+            const __m256 a0 = _mm256_fmadd_ps(k4, _mm256_loadu_ps(qg + 32), _mm256_fmadd_ps(k0, _mm256_loadu_ps(qg), zero));
+            const __m256 a1 = _mm256_fmadd_ps(k5, _mm256_loadu_ps(qg + 40), _mm256_fmadd_ps(k1, _mm256_loadu_ps(qg + 8), zero));
+            const __m256 a2 = _mm256_fmadd_ps(k6, _mm256_loadu_ps(qg + 48), _mm256_fmadd_ps(k2, _mm256_loadu_ps(qg + 16), zero));
+            const __m256 a3 = _mm256_fmadd_ps(k7, _mm256_loadu_ps(qg + 56), _mm256_fmadd_ps(k3, _mm256_loadu_ps(qg + 24), zero));
+            const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+            const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+            const __m128 h = _mm_hadd_ps(t, t);
+            out[g * out_stride + j] = _mm_cvtss_f32(_mm_hadd_ps(h, h)) * scale;
+        }
+    }
+}
+
+// Grouped-query decode P·V for a head size of 64: the V row converted once, then per head
+// accumulate_avx2's multiply-adds into its partial row.
+void accumulate_run_group_avx2(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
+                               int p0, int n_rows, float* acc, int acc_stride, int n) {
+    if (n != 64) {
+        attn_accumulate_run_group<accumulate_avx2, round_f16>(p, p_stride, n_q, v, stride, count, p0, n_rows, acc,
+                                                              acc_stride, n);
+        return;
+    }
+    int r = p0 % n_rows;
+    for (int j = 0; j < count; ++j) {
+        const uint16_t* vr = v + static_cast<size_t>(j) * stride;
+        const __m256 x0 = load_f16(vr), x1 = load_f16(vr + 8), x2 = load_f16(vr + 16), x3 = load_f16(vr + 24);
+        const __m256 x4 = load_f16(vr + 32), x5 = load_f16(vr + 40), x6 = load_f16(vr + 48), x7 = load_f16(vr + 56);
+        for (int g = 0; g < n_q; ++g) {
+            const __m256 pv = _mm256_set1_ps(round_f16(p[g * p_stride + j]));
+            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * 64;
+#define FERROX_PV(i, x) _mm256_storeu_ps(a + 8 * (i), _mm256_fmadd_ps(x, pv, _mm256_loadu_ps(a + 8 * (i))))
+            FERROX_PV(0, x0); FERROX_PV(1, x1); FERROX_PV(2, x2); FERROX_PV(3, x3);
+            FERROX_PV(4, x4); FERROX_PV(5, x5); FERROX_PV(6, x6); FERROX_PV(7, x7);
+#undef FERROX_PV
+        }
+        if (++r == n_rows) r = 0;
+    }
+}
+
 }  // namespace
 
 const AttnF16Kernels* attn_f16_kernels_avx2() {
@@ -243,7 +297,9 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   accumulate_t_avx2,
                                   transpose_rows_avx2,
                                   reduce_prefill_t_avx2,
-                                  dots_prefill_group_avx2};
+                                  dots_prefill_group_avx2,
+                                  dots_decode_group_avx2,
+                                  accumulate_run_group_avx2};
     return &k;
 }
 

@@ -112,6 +112,16 @@ constexpr int kAttnHeads = 8;
 constexpr int kAttnQueries = 32;
 constexpr int kVChunk = 64;
 constexpr int kAccRowsPerThread = std::max(kDecodeRows, kAttnQueries * kPrefillRows) + kVChunk;
+// A decode item of kAttnHeads heads: their partial rows and scores fit the per-thread scratch.
+static_assert(kAttnHeads * kDecodeRows <= kAccRowsPerThread && kAttnHeads <= kAttnQueries);
+
+// Asks for `bytes` at the start of each of `count` rows `row_bytes` apart (a hint: no effect on
+// the results).
+inline void prefetch_rows(const uint8_t* p, size_t row_bytes, int count, size_t bytes) {
+    for (int j = 0; j < count; ++j, p += row_bytes) {
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+    }
+}
 
 Status tensor_shape(const GgufFile& f, const TensorView* t, int64_t ne0, int64_t ne1) {
     const int64_t want_ne1 = ne1 < 0 ? 1 : ne1;
@@ -580,6 +590,12 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
 
     std::vector<Scratch::AttnItem>& items = s.attn_items;
     items.clear();
+    // Decode items are a token's heads that share a KV head (each cache row converted once for
+    // them) when that still leaves a few items per thread, else one head each; the heads get
+    // the same bits either way.
+    int n_decode = 0;
+    for (const BatchSeq& sq : batch.seqs) n_decode += sq.n_tokens < 2 ? 1 : 0;
+    const int decode_heads = n_decode * hp.n_head_kv >= 4 * pool_->n_threads() ? heads_at_once : 1;
     for (const BatchSeq& sq : batch.seqs) {
         if (sq.n_tokens >= 2) {
             for (int t = sq.i_begin; t < sq.i_begin + sq.n_tokens; t += tokens_at_once) {
@@ -591,10 +607,28 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
             }
         } else {
-            for (int h = 0; h < hp.n_head; ++h) items.push_back({sq.i_begin, 1, h, 1});
+            for (int h = 0; h < hp.n_head; h += decode_heads) {
+                items.push_back({sq.i_begin, 1, h, std::min(decode_heads, hp.n_head - h)});
+            }
         }
     }
 
+    // The cache rows of a decode item were last read a step ago and are rarely still in cache:
+    // each thread asks for its next item's K and V rows while it works on the current one.
+    const auto prefetch_decode_item = [&](size_t w) {
+        if (w >= items.size() || items[w].nt != 1) return;
+        const Scratch::AttnItem& it = items[w];
+        const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
+        if (sq.n_tokens >= 2) return;
+        const int last_kv = s.pos[it.t0] + 1;
+        const int first_kv = n_swa > 0 ? std::max(0, last_kv - n_swa) : 0;
+        const size_t head_off = static_cast<size_t>(it.h0 / group) * hd * sizeof(uint16_t);
+        for (int p = first_kv / bs * bs; p < last_kv; p += bs) {
+            const int n = std::min(bs, last_kv - p);
+            prefetch_rows(kv.k_rows(sq.block_table[p / bs], il) + head_off, row_bytes, n, hd * sizeof(uint16_t));
+            prefetch_rows(kv.v_rows(sq.block_table[p / bs], il) + head_off, row_bytes, n, hd * sizeof(uint16_t));
+        }
+    };
     pool_->run([&](int i_thread, int n_threads) {
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * opts_.max_ctx;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
@@ -611,27 +645,39 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             // masked pass (llama.cpp's), and blocks wholly before the window are not read.
             const auto window_begin = [&](int pos) { return n_swa > 0 ? std::max(0, pos + 1 - n_swa) : 0; };
             if (sq.n_tokens < 2) {
-                // Decode: one token, one head.
-                const int t = it.t0;
+                // Decode: one token, it.nh heads of one KV head; head g's scores at
+                // scores + g * max_ctx, its 32 partial P·V rows at acc + g * 32 * hd.
+                const int t = it.t0, nh = it.nh;
                 const int first_kv = window_begin(last_kv - 1);
                 const int p_begin = first_kv / bs * bs;
+                const int acc_stride = kDecodeRows * hd;
+                if (w == static_cast<size_t>(i_thread)) prefetch_decode_item(w);
+                prefetch_decode_item(w + n_threads);
                 const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd;
-                for (int i = 0; i < hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+                for (int i = 0; i < nh * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
                 for (int p = p_begin; p < last_kv; p += bs) {
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    fk.dots(false, qh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p);
+                    fk.dots_decode_group(qh, nh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
+                                         opts_.max_ctx);
                 }
-                if (cap > 0) attn_softcap(scores + first_kv, last_kv - first_kv, cap);
-                softmax_inplace(scores + first_kv, last_kv - first_kv);
-                std::fill(scores + p_begin, scores + first_kv, 0.0f);
-                std::fill(acc, acc + static_cast<size_t>(kDecodeRows) * hd, 0.0f);
+                for (int g = 0; g < nh; ++g) {
+                    float* sc = scores + static_cast<size_t>(g) * opts_.max_ctx;
+                    if (cap > 0) attn_softcap(sc + first_kv, last_kv - first_kv, cap);
+                    softmax_inplace(sc + first_kv, last_kv - first_kv);
+                    std::fill(sc + p_begin, sc + first_kv, 0.0f);
+                }
+                std::fill(acc, acc + static_cast<size_t>(nh) * acc_stride, 0.0f);
                 for (int p = p_begin; p < last_kv; p += bs) {
                     const auto* vrow =
                         reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    fk.accumulate_run(scores + p, vrow, stride, std::min(bs, last_kv - p), p, kDecodeRows, acc, hd);
+                    fk.accumulate_run_group(scores + p, opts_.max_ctx, nh, vrow, stride, std::min(bs, last_kv - p), p,
+                                            kDecodeRows, acc, acc_stride, hd);
                 }
-                fk.reduce_decode(acc, s.att.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd, hd);
+                for (int g = 0; g < nh; ++g) {
+                    fk.reduce_decode(acc + static_cast<size_t>(g) * acc_stride,
+                                     s.att.data() + static_cast<size_t>(t) * hp.q_dim() + (it.h0 + g) * hd, hd);
+                }
                 continue;
             }
             // Prompt: query (token i, head g) is number i * nh + g, its scores at

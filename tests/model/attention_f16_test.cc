@@ -1,6 +1,6 @@
-// The attention kernels over an F16 cache: the grouped-query prefill dots give, bit for bit,
-// what the one-query prefill dot gives for every head and row, on the AVX2 table and the
-// scalar one, for the head size with a register path (64) and others.
+// The attention kernels over an F16 cache: the grouped-query prefill and decode kernels give,
+// bit for bit, what the one-query functions give for every head and row, on the AVX2 table
+// and the scalar one, for the head size with a register path (64) and others.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,6 +48,60 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name) {
 TEST(AttentionF16, GroupedPrefillDotsAreTheOneQueryDots) {
     check_group_dots(attn_f16_kernels_scalar(), "scalar");
     check_group_dots(attn_f16_kernels(), "selected");
+}
+
+// The grouped-query decode kernels give every head the one-head functions' bits: the dots of
+// dot_decode, and accumulate_run's partial rows (from a start position that is not a multiple
+// of the rows, so the rows wrap).
+void check_group_decode(const AttnF16Kernels& fk, const char* name) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    for (int n : {64, 32, 128}) {
+        for (int n_q : {1, 3, 8}) {
+            const int count = 37, stride = n * 4 + 8, rows = 32, p0 = 21;
+            std::vector<uint16_t> kv(static_cast<size_t>(count) * stride);
+            for (uint16_t& v : kv) v = fp32_to_fp16(nd(rng));
+            std::vector<float> q(static_cast<size_t>(n_q) * n);
+            for (float& v : q) v = fp16_to_fp32(fp32_to_fp16(nd(rng)));
+            const int out_stride = count + 5;
+            std::vector<float> got(static_cast<size_t>(n_q) * out_stride, -7.0f);
+            fk.dots_decode_group(q.data(), n_q, kv.data(), stride, count, n, 0.125f, got.data(), out_stride);
+            for (int g = 0; g < n_q; ++g) {
+                for (int j = 0; j < out_stride; ++j) {
+                    const float v = got[static_cast<size_t>(g) * out_stride + j];
+                    if (j >= count) {
+                        ASSERT_EQ(v, -7.0f) << name << ": wrote past the run";
+                        continue;
+                    }
+                    const float want =
+                        fk.dot_decode(q.data() + g * n, kv.data() + static_cast<size_t>(j) * stride, n) * 0.125f;
+                    ASSERT_EQ(std::memcmp(&v, &want, 4), 0) << name << " dots, n " << n << " heads " << n_q
+                                                            << " head " << g << " row " << j;
+                }
+            }
+            // Weights per head at p + g * out_stride; partial rows per head at acc + g * acc_stride.
+            std::vector<float> p(static_cast<size_t>(n_q) * out_stride);
+            for (float& x : p) x = ud(rng);
+            const int acc_stride = rows * n + 16;
+            std::vector<float> want(static_cast<size_t>(n_q) * acc_stride);
+            for (float& x : want) x = nd(rng);
+            std::vector<float> acc = want;
+            fk.accumulate_run_group(p.data(), out_stride, n_q, kv.data(), stride, count, p0, rows, acc.data(),
+                                    acc_stride, n);
+            for (int g = 0; g < n_q; ++g) {
+                fk.accumulate_run(p.data() + g * out_stride, kv.data(), stride, count, p0, rows,
+                                  want.data() + static_cast<size_t>(g) * acc_stride, n);
+            }
+            ASSERT_EQ(std::memcmp(acc.data(), want.data(), acc.size() * sizeof(float)), 0)
+                << name << " accumulate, n " << n << " heads " << n_q;
+        }
+    }
+}
+
+TEST(AttentionF16, GroupedDecodeKernelsAreTheOneHeadOnes) {
+    check_group_decode(attn_f16_kernels_scalar(), "scalar");
+    check_group_decode(attn_f16_kernels(), "selected");
 }
 
 // The transposed P·V of a prompt chunk (the chunk starts at a multiple of 8) and its reduction
