@@ -115,6 +115,23 @@ def tokenize(base, text):
     return r.json()["tokens"]
 
 
+def engine_times(base):
+    """ferrox's engine step counters from /metrics: (step seconds, forward seconds), or None."""
+    try:
+        r = httpx.get(base + "/metrics", timeout=30)
+        r.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    vals = {}
+    for line in r.text.splitlines():
+        if line.startswith("ferrox_engine_") and " " in line:
+            name, v = line.split(" ", 1)
+            vals[name] = float(v)
+    if "ferrox_engine_step_seconds_total" not in vals:
+        return None
+    return vals["ferrox_engine_step_seconds_total"], vals["ferrox_engine_forward_seconds_total"]
+
+
 def stream_completion(base, body, timeout=900):
     """POSTs a streamed /v1/completions; returns (ttft_s, total_s, n_tokens, cached, text).
     n_tokens comes from the final usage when the server sends one, else from the chunks with
@@ -311,8 +328,13 @@ def main():
         for rep in range(args.reps):
             for c in clients:
                 for s in servers:
+                    t_before = engine_times(s.base) if s.name == "ferrox" else None
                     r = throughput(s, c, args.n_gen, model_name, extra[s.name])
                     samples[s.name]["tok_s"][c].append(r["tok_s"])
+                    t_after = engine_times(s.base) if t_before else None
+                    if t_after and t_after[0] > t_before[0]:
+                        step, fwd = t_after[0] - t_before[0], t_after[1] - t_before[1]
+                        samples[s.name].setdefault("overhead", {}).setdefault(c, []).append(1 - fwd / step)
                     log(f"rep {rep + 1}/{args.reps} {s.name:9s} {c:2d} clients: {r['tok_s']:7.1f} tok/s "
                         f"({r['tokens']} tokens in {r['wall_s']:.2f} s, mean TTFT {r['mean_ttft_s'] * 1e3:.0f} ms)")
             if args.ttft_prompt:
@@ -368,7 +390,12 @@ def main():
 
         def speedup(d):
             return [h / l for h, l in zip(d["tok_s"][hi], d["tok_s"][lo])]
-        row(f"{hi} streams / {lo} stream (issue: ≥ 3 for ferrox)", speedup, digits=2)
+        row(f"{hi} streams / {lo} stream (issue: ≥ 4 for ferrox)", speedup, digits=2)
+    overhead = samples.get("ferrox", {}).get("overhead", {})
+    for c in clients:
+        if c in overhead:
+            out.append(f"| ferrox engine per-step overhead, {c} stream{'s' if c > 1 else ''} (1 - forward / step, "
+                       f"%; issue: < 5) | {fmt(overhead[c], 100.0, 1)} |" + (" | |" if has_llama else ""))
     if args.ttft_prompt and ttft_info:
         n_a, n_b, n_p = ttft_info
         row(f"TTFT cold, {n_a}-token prompt (ms)", lambda d: d["ttft_cold"], 1e3, 0, " (lower is better)")

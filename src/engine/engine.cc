@@ -244,6 +244,9 @@ Engine::Stats Engine::stats() const {
     st.n_preemptions = n_preemptions_.load();
     st.spec_drafted = spec_drafted_.load();
     st.spec_accepted = spec_accepted_.load();
+    st.step_seconds = static_cast<double>(step_ns_.load()) * 1e-9;
+    st.forward_seconds = static_cast<double>(forward_ns_.load()) * 1e-9;
+    st.n_steps = n_steps_.load();
     return st;
 }
 
@@ -275,6 +278,13 @@ std::string Engine::prometheus() const {
            static_cast<double>(st.spec_drafted));
     metric("ferrox_spec_accepted_tokens_total", "counter", "Draft tokens accepted (tokens without a step of their own).",
            static_cast<double>(st.spec_accepted));
+    metric("ferrox_engine_steps_total", "counter", "Engine steps that ran a forward pass.",
+           static_cast<double>(st.n_steps));
+    metric("ferrox_engine_step_seconds_total", "counter",
+           "Wall time of those steps: admission, batching, forward, sampling, detokenizing, events.",
+           st.step_seconds);
+    metric("ferrox_engine_forward_seconds_total", "counter", "Wall time of their forward passes alone.",
+           st.forward_seconds);
     out += ttft_.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
     out += itl_.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     return out;
@@ -730,10 +740,11 @@ bool Engine::step() {
     }
     const auto t_forward = std::chrono::steady_clock::now();
     Status st = model_->forward_model().forward(batch_, *kv_, logits_);
+    const auto forward_time = std::chrono::steady_clock::now() - t_forward;
+    forward_ns_step_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(forward_time).count());
     // Decode-sized steps price the draft tokens (prompt chunks run other kernels).
     if (st.is_ok()) {
-        step_cost_.observe(static_cast<int>(batch_.tokens.size()),
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count());
+        step_cost_.observe(static_cast<int>(batch_.tokens.size()), std::chrono::duration<double>(forward_time).count());
     }
     if (masks_launched) {
         std::unique_lock<std::mutex> lk(mask_mu_);
@@ -814,8 +825,16 @@ void Engine::run() {
             });
             if (stop_) break;
         }
+        const auto t0 = std::chrono::steady_clock::now();
+        forward_ns_step_ = 0;
         admit();
         step();
+        if (forward_ns_step_ > 0) {
+            const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+            step_ns_.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+            forward_ns_.fetch_add(forward_ns_step_, std::memory_order_relaxed);
+            n_steps_.fetch_add(1, std::memory_order_relaxed);
+        }
     }
     // Shutdown: every request still known gets its kDone.
     admit();

@@ -103,6 +103,11 @@ public:
         // Speculative decoding: draft tokens verified, and those accepted (emitted without a
         // step of their own).
         uint64_t spec_drafted = 0, spec_accepted = 0;
+        // Wall time of the engine loop's iterations that ran a forward pass (admission,
+        // batch building, the forward, sampling, detokenizing and the events), and of those
+        // forward passes alone: 1 - forward / step is the engine's per-step overhead.
+        double step_seconds = 0, forward_seconds = 0;
+        uint64_t n_steps = 0;
     };
     Stats stats() const;
     // Prometheus text for /metrics: gauges, counters and the latency histograms.
@@ -179,6 +184,10 @@ private:
     std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
     std::atomic<uint64_t> n_preemptions_{0};
     std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0};
+    // Stats::step_seconds / forward_seconds in nanoseconds; forward_ns_step_ is the last
+    // step's forward (engine thread only), 0 when it ran none.
+    std::atomic<uint64_t> step_ns_{0}, forward_ns_{0}, n_steps_{0};
+    uint64_t forward_ns_step_ = 0;
     // What a forward step of n tokens costs (n <= kMax): a decayed mean of the steps timed
     // with exactly n tokens, else scaled from the nearest timed n by a prior shape. Prices the
     // draft tokens against what they are expected to return (add_drafts).

@@ -298,6 +298,28 @@ TEST_F(ScriptedModelTest, NoRuleAppliesGivesEndOfGeneration) {
     EXPECT_EQ(c.lp_tokens, std::vector<int32_t>{m->tokenizer->eos()});
 }
 
+// The step counters behind /metrics' per-step overhead: without speculation a reply of n
+// tokens takes n steps (the prompt's step gives the first token), and the steps' wall time
+// holds their forward passes'.
+TEST_F(ScriptedModelTest, StepAndForwardTimesAreCounted) {
+    auto m = scripted(kScript);
+    ASSERT_TRUE(m);
+    EngineOptions eo = options();
+    eo.spec_ngram = 0;
+    auto e = engine(m, eo);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->stats().n_steps, 0u);
+    expect_reply(*e, chat("Hello"), kDefault);
+    ASSERT_TRUE(wait_idle(*e));
+    const Engine::Stats st = e->stats();
+    EXPECT_EQ(st.n_steps, reply_ids(*m, kDefault).size());
+    EXPECT_GT(st.forward_seconds, 0.0);
+    EXPECT_GE(st.step_seconds, st.forward_seconds);
+    const std::string prom = e->prometheus();
+    EXPECT_NE(prom.find("ferrox_engine_steps_total " + std::to_string(st.n_steps) + "\n"), std::string::npos) << prom;
+    EXPECT_NE(prom.find("ferrox_engine_forward_seconds_total "), std::string::npos);
+}
+
 TEST_F(ScriptedModelTest, TwoTriggersBatchedTogether) {
     auto m = scripted(kScript);
     ASSERT_TRUE(m);
