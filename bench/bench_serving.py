@@ -125,8 +125,9 @@ def engine_times(base):
     vals = {}
     for line in r.text.splitlines():
         if line.startswith("ferrox_engine_") and " " in line:
-            name, v = line.split(" ", 1)
-            vals[name] = float(v)
+            name, v = line.rsplit(" ", 1)
+            name = name.split("{", 1)[0]  # per-model labels: summed over the models
+            vals[name] = vals.get(name, 0.0) + float(v)
     if "ferrox_engine_step_seconds_total" not in vals:
         return None
     return vals["ferrox_engine_step_seconds_total"], vals["ferrox_engine_forward_seconds_total"]

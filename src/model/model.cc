@@ -56,6 +56,7 @@ struct Model::Scratch {
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
     std::vector<float> rope_cos_swa, rope_sin_swa;  // (n_tok, n_rot/2) local layers; empty if none
     std::unique_ptr<StealingRanges> tiles;  // the 64-row tiles of a decode product (matmuls)
+    std::unique_ptr<StealingRanges> attn_ranges;  // Model::attention's items
 };
 
 namespace {
@@ -119,7 +120,7 @@ static_assert(kAttnHeads * kDecodeRows <= kAccRowsPerThread && kAttnHeads <= kAt
 // the results).
 inline void prefetch_rows(const uint8_t* p, size_t row_bytes, int count, size_t bytes) {
     for (int j = 0; j < count; ++j, p += row_bytes) {
-        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
     }
 }
 
@@ -235,6 +236,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
 
     auto s = std::make_unique<Scratch>();
     s->tiles = std::make_unique<StealingRanges>(n_threads);
+    s->attn_ranges = std::make_unique<StealingRanges>(n_threads);
     const size_t T = static_cast<size_t>(std::max(1, opts.max_batch_tokens));
     const int64_t widest = std::max<int64_t>({hp.n_embd, hp.q_dim(), hp.n_ff});
     s->x.resize(T * hp.n_embd);
@@ -613,27 +615,25 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
         }
     }
 
-    // The cache rows of a decode item were last read a step ago and are rarely still in cache:
-    // each thread asks for its next item's K and V rows while it works on the current one.
-    const auto prefetch_decode_item = [&](size_t w) {
-        if (w >= items.size() || items[w].nt != 1) return;
-        const Scratch::AttnItem& it = items[w];
-        const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
-        if (sq.n_tokens >= 2) return;
-        const int last_kv = s.pos[it.t0] + 1;
-        const int first_kv = n_swa > 0 ? std::max(0, last_kv - n_swa) : 0;
-        const size_t head_off = static_cast<size_t>(it.h0 / group) * hd * sizeof(uint16_t);
-        for (int p = first_kv / bs * bs; p < last_kv; p += bs) {
-            const int n = std::min(bs, last_kv - p);
-            prefetch_rows(kv.k_rows(sq.block_table[p / bs], il) + head_off, row_bytes, n, hd * sizeof(uint16_t));
-            prefetch_rows(kv.v_rows(sq.block_table[p / bs], il) + head_off, row_bytes, n, hd * sizeof(uint16_t));
-        }
-    };
+    const bool decode_only = n_decode == static_cast<int>(batch.seqs.size());
+    if (decode_only) s.attn_ranges->reset(static_cast<int64_t>(items.size()));
     pool_->run([&](int i_thread, int n_threads) {
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * opts_.max_ctx;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
         float* qh = s.attn_q.data() + static_cast<size_t>(i_thread) * kAttnQueries * hd;
-        for (size_t w = i_thread; w < items.size(); w += n_threads) {
+        // Decode steps: each thread takes a contiguous share of the items, so a sequence's KV
+        // heads (adjacent in the cache rows) mostly go to one core one after another, then
+        // steals the rest of the others' shares for balance (+12 % at 16 streams of 512 tokens
+        // against items dealt in turn). Prompt items, whose cost grows along the list, are dealt
+        // in turn.
+        size_t w = i_thread;
+        for (int64_t wi = 0;; w += n_threads) {
+            if (decode_only) {
+                if ((wi = s.attn_ranges->next(i_thread)) < 0) break;
+                w = static_cast<size_t>(wi);
+            } else if (w >= items.size()) {
+                break;
+            }
             const Scratch::AttnItem& it = items[w];
             const int kvh = it.h0 / group;
             const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
@@ -651,11 +651,20 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int first_kv = window_begin(last_kv - 1);
                 const int p_begin = first_kv / bs * bs;
                 const int acc_stride = kDecodeRows * hd;
-                if (w == static_cast<size_t>(i_thread)) prefetch_decode_item(w);
-                prefetch_decode_item(w + n_threads);
+                // The cache rows were last read a step ago and are rarely still in cache: each
+                // block's K rows are asked for a block ahead, the V rows during the last dots.
+                const size_t head_off = static_cast<size_t>(kvh) * hd * sizeof(uint16_t);
+                const auto ahead = [&](bool v, int p) {  // the block at position p, if any
+                    if (p >= last_kv) return;
+                    const uint8_t* b = v ? kv.v_rows(sq.block_table[p / bs], il) : kv.k_rows(sq.block_table[p / bs], il);
+                    prefetch_rows(b + head_off, row_bytes, std::min(bs, last_kv - p), hd * sizeof(uint16_t));
+                };
+                ahead(false, p_begin);
                 const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd;
                 for (int i = 0; i < nh * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
                 for (int p = p_begin; p < last_kv; p += bs) {
+                    ahead(false, p + bs);
+                    if (p + 2 * bs >= last_kv) ahead(true, p_begin);
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
                     fk.dots_decode_group(qh, nh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
@@ -669,6 +678,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
                 std::fill(acc, acc + static_cast<size_t>(nh) * acc_stride, 0.0f);
                 for (int p = p_begin; p < last_kv; p += bs) {
+                    ahead(true, p + bs);
                     const auto* vrow =
                         reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
                     fk.accumulate_run_group(scores + p, opts_.max_ctx, nh, vrow, stride, std::min(bs, last_kv - p), p,
