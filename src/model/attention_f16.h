@@ -63,6 +63,12 @@ struct AttnF16Kernels {
                               float scale, float* out, int out_stride);
     void (*accumulate_run_group)(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
                                  int p0, int n_rows, float* acc, int acc_stride, int n);
+    // accumulate_run_group over rows anywhere (rows[j] is position p0 + j's), as many as a
+    // context: the same multiply-adds per partial row in the same order, but a partial row can
+    // stay in registers over all its positions (p0 + j with the same residue) instead of being
+    // loaded and stored per position.
+    void (*accumulate_rows_group)(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
+                                  int p0, int n_rows, float* acc, int acc_stride, int n);
 };
 
 template <float (*DotPrefill)(const float*, const uint16_t*, int)>
@@ -89,6 +95,19 @@ void attn_accumulate_run_group(const float* p, int p_stride, int n_q, const uint
         for (int j = 0; j < count; ++j) {
             Accumulate(Round(p[g * p_stride + j]), v + static_cast<size_t>(j) * stride,
                        acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
+            if (++r == n_rows) r = 0;
+        }
+    }
+}
+
+template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>
+void attn_accumulate_rows_group(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count, int p0,
+                                int n_rows, float* acc, int acc_stride, int n) {
+    for (int g = 0; g < n_q; ++g) {
+        int r = p0 % n_rows;
+        for (int j = 0; j < count; ++j) {
+            Accumulate(Round(p[g * p_stride + j]), rows[j], acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n,
+                       n);
             if (++r == n_rows) r = 0;
         }
     }

@@ -283,6 +283,42 @@ void accumulate_run_group_avx2(const float* p, int p_stride, int n_q, const uint
     }
 }
 
+// See AttnF16Kernels::accumulate_rows_group. Head size 64: per head and partial row, the row's
+// 8 vectors stay in registers over its positions j, j + n_rows, ... (in increasing order, as
+// accumulate_run adds them), each a converted V row times its rounded weight.
+void accumulate_rows_group_avx2(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count, int p0,
+                                int n_rows, float* acc, int acc_stride, int n) {
+    if (n != 64) {
+        attn_accumulate_rows_group<accumulate_avx2, round_f16>(p, p_stride, n_q, rows, count, p0, n_rows, acc,
+                                                               acc_stride, n);
+        return;
+    }
+    for (int g = 0; g < n_q; ++g) {
+        const float* pg = p + static_cast<size_t>(g) * p_stride;
+        for (int j0 = 0; j0 < std::min(count, n_rows); ++j0) {
+            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>((p0 + j0) % n_rows) * 64;
+            __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8), a2 = _mm256_loadu_ps(a + 16);
+            __m256 a3 = _mm256_loadu_ps(a + 24), a4 = _mm256_loadu_ps(a + 32), a5 = _mm256_loadu_ps(a + 40);
+            __m256 a6 = _mm256_loadu_ps(a + 48), a7 = _mm256_loadu_ps(a + 56);
+            for (int j = j0; j < count; j += n_rows) {
+                const uint16_t* v = rows[j];
+                const __m256 pv = _mm256_set1_ps(round_f16(pg[j]));
+                a0 = _mm256_fmadd_ps(load_f16(v), pv, a0);
+                a1 = _mm256_fmadd_ps(load_f16(v + 8), pv, a1);
+                a2 = _mm256_fmadd_ps(load_f16(v + 16), pv, a2);
+                a3 = _mm256_fmadd_ps(load_f16(v + 24), pv, a3);
+                a4 = _mm256_fmadd_ps(load_f16(v + 32), pv, a4);
+                a5 = _mm256_fmadd_ps(load_f16(v + 40), pv, a5);
+                a6 = _mm256_fmadd_ps(load_f16(v + 48), pv, a6);
+                a7 = _mm256_fmadd_ps(load_f16(v + 56), pv, a7);
+            }
+            _mm256_storeu_ps(a, a0); _mm256_storeu_ps(a + 8, a1); _mm256_storeu_ps(a + 16, a2);
+            _mm256_storeu_ps(a + 24, a3); _mm256_storeu_ps(a + 32, a4); _mm256_storeu_ps(a + 40, a5);
+            _mm256_storeu_ps(a + 48, a6); _mm256_storeu_ps(a + 56, a7);
+        }
+    }
+}
+
 }  // namespace
 
 const AttnF16Kernels* attn_f16_kernels_avx2() {
@@ -299,7 +335,8 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   reduce_prefill_t_avx2,
                                   dots_prefill_group_avx2,
                                   dots_decode_group_avx2,
-                                  accumulate_run_group_avx2};
+                                  accumulate_run_group_avx2,
+                                  accumulate_rows_group_avx2};
     return &k;
 }
 

@@ -50,6 +50,7 @@ struct Model::Scratch {
     std::vector<float> scores; // (n_threads, kAttnQueries, max_ctx) attention scores
     std::vector<float> attn_acc;  // (n_threads, kAccRowsPerThread, head_dim) P·V scratch per thread
     std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
+    std::vector<const uint16_t*> attn_rows;  // (n_threads, max_ctx) a decode item's V rows
     std::vector<AttnItem> attn_items;  // Model::attention's work items
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
@@ -253,6 +254,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->act.resize(kMaxMatJobs * (T * (widest * 4 + 128) + 64));
     s->scores.resize(static_cast<size_t>(n_threads) * kAttnQueries * std::max(1, opts.max_ctx));
     s->attn_q.resize(static_cast<size_t>(n_threads) * kAttnQueries * hp.head_dim);
+    s->attn_rows.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kAccRowsPerThread * hp.head_dim);
     s->attn_items.reserve(T * hp.n_head);  // a decode token's heads; a prompt has fewer items
     s->pos.resize(T);
@@ -621,6 +623,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * opts_.max_ctx;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
         float* qh = s.attn_q.data() + static_cast<size_t>(i_thread) * kAttnQueries * hd;
+        const uint16_t** vrows = s.attn_rows.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
         // Decode steps: each thread takes a contiguous share of the items, so a sequence's KV
         // heads (adjacent in the cache rows) mostly go to one core one after another, then
         // steals the rest of the others' shares for balance (+12 % at 16 streams of 512 tokens
@@ -677,13 +680,13 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     std::fill(sc + p_begin, sc + first_kv, 0.0f);
                 }
                 std::fill(acc, acc + static_cast<size_t>(nh) * acc_stride, 0.0f);
-                for (int p = p_begin; p < last_kv; p += bs) {
-                    ahead(true, p + bs);
-                    const auto* vrow =
-                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    fk.accumulate_run_group(scores + p, opts_.max_ctx, nh, vrow, stride, std::min(bs, last_kv - p), p,
-                                            kDecodeRows, acc, acc_stride, hd);
+                for (int p = p_begin; p < last_kv; ++p) {
+                    vrows[p - p_begin] = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) +
+                                                                           (p % bs) * row_bytes) +
+                                         kvh * hd;
                 }
+                fk.accumulate_rows_group(scores + p_begin, opts_.max_ctx, nh, vrows, last_kv - p_begin, p_begin,
+                                         kDecodeRows, acc, acc_stride, hd);
                 for (int g = 0; g < nh; ++g) {
                     fk.reduce_decode(acc + static_cast<size_t>(g) * acc_stride,
                                      s.att.data() + static_cast<size_t>(t) * hp.q_dim() + (it.h0 + g) * hd, hd);

@@ -95,6 +95,23 @@ void check_group_decode(const AttnF16Kernels& fk, const char* name) {
             }
             ASSERT_EQ(std::memcmp(acc.data(), want.data(), acc.size() * sizeof(float)), 0)
                 << name << " accumulate, n " << n << " heads " << n_q;
+            // The same through a row pointer per position (here in reverse memory order), over
+            // more positions than partial rows, so some rows get two.
+            std::vector<const uint16_t*> ptrs(count);
+            for (int j = 0; j < count; ++j) ptrs[j] = kv.data() + static_cast<size_t>(count - 1 - j) * stride;
+            std::vector<float> by_ptrs = want;
+            fk.accumulate_rows_group(p.data(), out_stride, n_q, ptrs.data(), count, p0, rows, by_ptrs.data(),
+                                     acc_stride, n);
+            for (int g = 0; g < n_q; ++g) {
+                int r = p0 % rows;
+                for (int j = 0; j < count; ++j) {
+                    fk.accumulate(fp16_to_fp32(fp32_to_fp16(p[g * out_stride + j])), ptrs[j],
+                                  want.data() + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
+                    if (++r == rows) r = 0;
+                }
+            }
+            ASSERT_EQ(std::memcmp(by_ptrs.data(), want.data(), want.size() * sizeof(float)), 0)
+                << name << " accumulate by row pointers, n " << n << " heads " << n_q;
         }
     }
 }
