@@ -103,7 +103,6 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   reduce_prefill_t_scalar,
                                   attn_dots_prefill_group<dot_prefill_scalar>,
                                   attn_dots_decode_group<dot_decode_scalar>,
-                                  attn_accumulate_run_group<accumulate_scalar, round_f16>,
                                   attn_accumulate_rows_group<accumulate_scalar, round_f16>};
     return k;
 }

@@ -57,16 +57,13 @@ struct AttnF16Kernels {
     // Decode, grouped-query: the n_q heads of one KV head for one token. Each cache row is
     // converted once for all of them, and every head gets exactly the one-head functions' bits:
     //   dots_decode_group: out[g * out_stride + j] = dot_decode(q + g * n, row j) * scale;
-    //   accumulate_run_group: for each head g, accumulate_run(p + g * p_stride, ...,
-    //   acc + g * acc_stride, n), the rows at p0.. going to partial rows (p0 + j) % n_rows.
+    //   accumulate_rows_group: for each head g, accumulate_run's multiply-adds of its weights
+    //   p + g * p_stride into its partial rows acc + g * acc_stride, position p0 + j (row rows[j],
+    //   anywhere in the cache) going to partial row (p0 + j) % n_rows, in the same order per
+    //   partial row; so a partial row can stay in registers over all its positions instead of
+    //   being loaded and stored per position.
     void (*dots_decode_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
                               float scale, float* out, int out_stride);
-    void (*accumulate_run_group)(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
-                                 int p0, int n_rows, float* acc, int acc_stride, int n);
-    // accumulate_run_group over rows anywhere (rows[j] is position p0 + j's), as many as a
-    // context: the same multiply-adds per partial row in the same order, but a partial row can
-    // stay in registers over all its positions (p0 + j with the same residue) instead of being
-    // loaded and stored per position.
     void (*accumulate_rows_group)(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
                                   int p0, int n_rows, float* acc, int acc_stride, int n);
 };
@@ -85,19 +82,6 @@ void attn_dots_decode_group(const float* q, int n_q, const uint16_t* k, int stri
     for (int g = 0; g < n_q; ++g)
         for (int j = 0; j < count; ++j)
             out[g * out_stride + j] = DotDecode(q + g * n, k + static_cast<size_t>(j) * stride, n) * scale;
-}
-
-template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>
-void attn_accumulate_run_group(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
-                               int p0, int n_rows, float* acc, int acc_stride, int n) {
-    for (int g = 0; g < n_q; ++g) {
-        int r = p0 % n_rows;
-        for (int j = 0; j < count; ++j) {
-            Accumulate(Round(p[g * p_stride + j]), v + static_cast<size_t>(j) * stride,
-                       acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
-            if (++r == n_rows) r = 0;
-        }
-    }
 }
 
 template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>

@@ -257,32 +257,6 @@ void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stri
     }
 }
 
-// Grouped-query decode P·V for a head size of 64: the V row converted once, then per head
-// accumulate_avx2's multiply-adds into its partial row.
-void accumulate_run_group_avx2(const float* p, int p_stride, int n_q, const uint16_t* v, int stride, int count,
-                               int p0, int n_rows, float* acc, int acc_stride, int n) {
-    if (n != 64) {
-        attn_accumulate_run_group<accumulate_avx2, round_f16>(p, p_stride, n_q, v, stride, count, p0, n_rows, acc,
-                                                              acc_stride, n);
-        return;
-    }
-    int r = p0 % n_rows;
-    for (int j = 0; j < count; ++j) {
-        const uint16_t* vr = v + static_cast<size_t>(j) * stride;
-        const __m256 x0 = load_f16(vr), x1 = load_f16(vr + 8), x2 = load_f16(vr + 16), x3 = load_f16(vr + 24);
-        const __m256 x4 = load_f16(vr + 32), x5 = load_f16(vr + 40), x6 = load_f16(vr + 48), x7 = load_f16(vr + 56);
-        for (int g = 0; g < n_q; ++g) {
-            const __m256 pv = _mm256_set1_ps(round_f16(p[g * p_stride + j]));
-            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * 64;
-#define FERROX_PV(i, x) _mm256_storeu_ps(a + 8 * (i), _mm256_fmadd_ps(x, pv, _mm256_loadu_ps(a + 8 * (i))))
-            FERROX_PV(0, x0); FERROX_PV(1, x1); FERROX_PV(2, x2); FERROX_PV(3, x3);
-            FERROX_PV(4, x4); FERROX_PV(5, x5); FERROX_PV(6, x6); FERROX_PV(7, x7);
-#undef FERROX_PV
-        }
-        if (++r == n_rows) r = 0;
-    }
-}
-
 // See AttnF16Kernels::accumulate_rows_group. Head size 64: per head and partial row, the row's
 // 8 vectors stay in registers over its positions j, j + n_rows, ... (in increasing order, as
 // accumulate_run adds them), each a converted V row times its rounded weight.
@@ -335,7 +309,6 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   reduce_prefill_t_avx2,
                                   dots_prefill_group_avx2,
                                   dots_decode_group_avx2,
-                                  accumulate_run_group_avx2,
                                   accumulate_rows_group_avx2};
     return &k;
 }

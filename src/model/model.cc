@@ -680,10 +680,10 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     std::fill(sc + p_begin, sc + first_kv, 0.0f);
                 }
                 std::fill(acc, acc + static_cast<size_t>(nh) * acc_stride, 0.0f);
-                for (int p = p_begin; p < last_kv; ++p) {
-                    vrows[p - p_begin] = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) +
-                                                                           (p % bs) * row_bytes) +
-                                         kvh * hd;
+                for (int p = p_begin; p < last_kv; p += bs) {
+                    const auto* vrow =
+                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                    for (int j = 0; j < std::min(bs, last_kv - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
                 }
                 fk.accumulate_rows_group(scores + p_begin, opts_.max_ctx, nh, vrows, last_kv - p_begin, p_begin,
                                          kDecodeRows, acc, acc_stride, hd);

@@ -14,9 +14,12 @@
 namespace ferrox {
 namespace {
 
-void check_group_dots(const AttnF16Kernels& fk, const char* name) {
-    std::mt19937 rng(3);
+// The grouped dots (prefill or decode order) against the one-query dot of that order.
+void check_group_dots(const AttnF16Kernels& fk, const char* name, bool decode) {
+    std::mt19937 rng(decode ? 11 : 3);
     std::normal_distribution<float> nd(0.0f, 1.0f);
+    const auto group = decode ? fk.dots_decode_group : fk.dots_prefill_group;
+    const auto one = decode ? fk.dot_decode : fk.dot_prefill;
     for (int n : {64, 32, 128}) {
         for (int n_q : {1, 3, 8}) {
             const int count = 37, stride = n * 4 + 8;  // rows interleaved with other heads' data
@@ -27,7 +30,7 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name) {
             const int out_stride = count + 5;
             std::vector<float> got(static_cast<size_t>(n_q) * out_stride, -7.0f);
             const float scale = 0.125f;
-            fk.dots_prefill_group(q.data(), n_q, k.data(), stride, count, n, scale, got.data(), out_stride);
+            group(q.data(), n_q, k.data(), stride, count, n, scale, got.data(), out_stride);
             for (int g = 0; g < n_q; ++g) {
                 for (int j = 0; j < out_stride; ++j) {
                     const float v = got[static_cast<size_t>(g) * out_stride + j];
@@ -35,10 +38,10 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name) {
                         ASSERT_EQ(v, -7.0f) << name << ": wrote past the run";
                         continue;
                     }
-                    const float want = fk.dot_prefill(q.data() + g * n, k.data() + static_cast<size_t>(j) * stride, n) * scale;
+                    const float want = one(q.data() + g * n, k.data() + static_cast<size_t>(j) * stride, n) * scale;
                     ASSERT_EQ(std::memcmp(&v, &want, 4), 0)
-                        << name << " n " << n << " heads " << n_q << " head " << g << " row " << j << ": " << v
-                        << " vs " << want;
+                        << name << (decode ? " decode" : " prefill") << " n " << n << " heads " << n_q << " head "
+                        << g << " row " << j << ": " << v << " vs " << want;
                 }
             }
         }
@@ -46,79 +49,52 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name) {
 }
 
 TEST(AttentionF16, GroupedPrefillDotsAreTheOneQueryDots) {
-    check_group_dots(attn_f16_kernels_scalar(), "scalar");
-    check_group_dots(attn_f16_kernels(), "selected");
+    check_group_dots(attn_f16_kernels_scalar(), "scalar", false);
+    check_group_dots(attn_f16_kernels(), "selected", false);
 }
 
-// The grouped-query decode kernels give every head the one-head functions' bits: the dots of
-// dot_decode, and accumulate_run's partial rows (from a start position that is not a multiple
-// of the rows, so the rows wrap).
-void check_group_decode(const AttnF16Kernels& fk, const char* name) {
-    std::mt19937 rng(11);
+// The grouped decode P·V gives every head accumulate's multiply-adds in accumulate_run's order
+// per partial row: from a start position that is not a multiple of the rows (so the rows
+// wrap), through a row pointer per position (here in reverse memory order), over more
+// positions than partial rows, so some rows get two.
+void check_group_accumulate(const AttnF16Kernels& fk, const char* name) {
+    std::mt19937 rng(13);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
     for (int n : {64, 32, 128}) {
         for (int n_q : {1, 3, 8}) {
-            const int count = 37, stride = n * 4 + 8, rows = 32, p0 = 21;
-            std::vector<uint16_t> kv(static_cast<size_t>(count) * stride);
-            for (uint16_t& v : kv) v = fp32_to_fp16(nd(rng));
-            std::vector<float> q(static_cast<size_t>(n_q) * n);
-            for (float& v : q) v = fp16_to_fp32(fp32_to_fp16(nd(rng)));
-            const int out_stride = count + 5;
-            std::vector<float> got(static_cast<size_t>(n_q) * out_stride, -7.0f);
-            fk.dots_decode_group(q.data(), n_q, kv.data(), stride, count, n, 0.125f, got.data(), out_stride);
-            for (int g = 0; g < n_q; ++g) {
-                for (int j = 0; j < out_stride; ++j) {
-                    const float v = got[static_cast<size_t>(g) * out_stride + j];
-                    if (j >= count) {
-                        ASSERT_EQ(v, -7.0f) << name << ": wrote past the run";
-                        continue;
-                    }
-                    const float want =
-                        fk.dot_decode(q.data() + g * n, kv.data() + static_cast<size_t>(j) * stride, n) * 0.125f;
-                    ASSERT_EQ(std::memcmp(&v, &want, 4), 0) << name << " dots, n " << n << " heads " << n_q
-                                                            << " head " << g << " row " << j;
-                }
-            }
-            // Weights per head at p + g * out_stride; partial rows per head at acc + g * acc_stride.
-            std::vector<float> p(static_cast<size_t>(n_q) * out_stride);
+            const int count = 37, stride = n * 4 + 8, rows = 32, p0 = 21, p_stride = count + 5;
+            std::vector<uint16_t> v(static_cast<size_t>(count) * stride);
+            for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
+            std::vector<const uint16_t*> ptrs(count);
+            for (int j = 0; j < count; ++j) ptrs[j] = v.data() + static_cast<size_t>(count - 1 - j) * stride;
+            // Weights per head at p + g * p_stride; partial rows per head at acc + g * acc_stride.
+            std::vector<float> p(static_cast<size_t>(n_q) * p_stride);
             for (float& x : p) x = ud(rng);
             const int acc_stride = rows * n + 16;
             std::vector<float> want(static_cast<size_t>(n_q) * acc_stride);
             for (float& x : want) x = nd(rng);
-            std::vector<float> acc = want;
-            fk.accumulate_run_group(p.data(), out_stride, n_q, kv.data(), stride, count, p0, rows, acc.data(),
-                                    acc_stride, n);
-            for (int g = 0; g < n_q; ++g) {
-                fk.accumulate_run(p.data() + g * out_stride, kv.data(), stride, count, p0, rows,
-                                  want.data() + static_cast<size_t>(g) * acc_stride, n);
-            }
-            ASSERT_EQ(std::memcmp(acc.data(), want.data(), acc.size() * sizeof(float)), 0)
-                << name << " accumulate, n " << n << " heads " << n_q;
-            // The same through a row pointer per position (here in reverse memory order), over
-            // more positions than partial rows, so some rows get two.
-            std::vector<const uint16_t*> ptrs(count);
-            for (int j = 0; j < count; ++j) ptrs[j] = kv.data() + static_cast<size_t>(count - 1 - j) * stride;
-            std::vector<float> by_ptrs = want;
-            fk.accumulate_rows_group(p.data(), out_stride, n_q, ptrs.data(), count, p0, rows, by_ptrs.data(),
-                                     acc_stride, n);
+            std::vector<float> got = want;
+            fk.accumulate_rows_group(p.data(), p_stride, n_q, ptrs.data(), count, p0, rows, got.data(), acc_stride, n);
             for (int g = 0; g < n_q; ++g) {
                 int r = p0 % rows;
                 for (int j = 0; j < count; ++j) {
-                    fk.accumulate(fp16_to_fp32(fp32_to_fp16(p[g * out_stride + j])), ptrs[j],
+                    fk.accumulate(fp16_to_fp32(fp32_to_fp16(p[g * p_stride + j])), ptrs[j],
                                   want.data() + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
                     if (++r == rows) r = 0;
                 }
             }
-            ASSERT_EQ(std::memcmp(by_ptrs.data(), want.data(), want.size() * sizeof(float)), 0)
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
                 << name << " accumulate by row pointers, n " << n << " heads " << n_q;
         }
     }
 }
 
 TEST(AttentionF16, GroupedDecodeKernelsAreTheOneHeadOnes) {
-    check_group_decode(attn_f16_kernels_scalar(), "scalar");
-    check_group_decode(attn_f16_kernels(), "selected");
+    check_group_dots(attn_f16_kernels_scalar(), "scalar", true);
+    check_group_dots(attn_f16_kernels(), "selected", true);
+    check_group_accumulate(attn_f16_kernels_scalar(), "scalar");
+    check_group_accumulate(attn_f16_kernels(), "selected");
 }
 
 // The transposed P·V of a prompt chunk (the chunk starts at a multiple of 8) and its reduction
