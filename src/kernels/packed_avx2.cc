@@ -210,7 +210,7 @@ void columns_pass(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8_t* a
 // per-(block, column) table and the group's running sums stay in L1; a running sum is stored
 // and loaded back between chunks, which does not change it).
 constexpr int kManyCols = 64;
-constexpr int kManyColsFrom = 8;
+constexpr int kManyColsFrom = 3;
 constexpr int64_t kChunkBlocks = 32;
 
 template <typename WB>  // BlockQ4_0 or BlockQ4_1 (Q8_0's sign trick needs the weights again per
@@ -283,6 +283,13 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
 // The float step is the AVX2 kernels' ((s * dx) * dy added to the running sum), so each output
 // keeps vec_dot_ref's bits.
 constexpr int64_t kChunkBlocks512 = 16;  // Q8_0's shifted activations: 16 * 64 * 32 B = 32 KiB
+// From 2 columns on (one column keeps columns_pass: decode streams the weights once, and its
+// 8-row pass with prefetch is as fast). Small batches and speculative verification (2 to 7
+// rows) were 2-column passes that unpacked every block again per pair: `bench_quants cols`,
+// Q4_1 block order, 3 / 4 / 7 columns 2.48 / 2.95 / 5.27 -> 1.74 / 2.18 / 3.38 one-column
+// times; `ferrox bench -np 4` 785-830 -> 956-999 t/s, -np 16 1200-1226 -> 1390-1456 (with the
+// prefetch below).
+constexpr int kManyColsFrom512 = 2;
 
 template <typename WB>
 struct Wide {
@@ -327,8 +334,11 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
     for (int64_t c0 = 0; c0 < n_cols; c0 += kManyCols) {
         const int nc = static_cast<int>(n_cols - c0 < kManyCols ? n_cols - c0 : kManyCols);
         const uint8_t* ac = a + c0 * a_row_bytes;
-        for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks512) {
-            const int64_t nbk = nb - b0 < kChunkBlocks512 ? nb - b0 : kChunkBlocks512;
+        // Fewer columns, longer chunks (the tables hold the same kChunkBlocks512 * kManyCols
+        // entries): a few columns stream each group's blocks in one run, as decode does.
+        const int64_t chunk = kChunkBlocks512 * kManyCols / nc;
+        for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+            const int64_t nbk = nb - b0 < chunk ? nb - b0 : chunk;
             for (int64_t b = 0; b < nbk; ++b) {
                 for (int c = 0; c < nc; ++c) {
                     const YB& yb = reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b];
@@ -348,6 +358,8 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                 const uint8_t* p0 = w + (2 * gp * nb + b0) * F::kBlockBytes;
                 const uint8_t* p1 = p0 + nb * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
+                    prefetch_ahead<F::kBlockBytes>(p0);
+                    prefetch_ahead<F::kBlockBytes>(p1);
                     const __m512 dx = cvt2x8_f16(p0, p1);
                     [[maybe_unused]] __m512 mx;
                     if constexpr (F::kMin) mx = cvt2x8_f16(p0 + 16, p1 + 16);
@@ -399,7 +411,7 @@ void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64
         return;
     }
 #if FERROX_AVX512
-    if (n_cols >= kManyColsFrom && n_rows >= 16) {
+    if (n_cols >= kManyColsFrom512 && n_rows >= 16) {
         const int64_t rows16 = n_rows / 16 * 16;
         gemm_many_columns_512<WB>(nb, wp, rows16, ap, a_row_bytes, n_cols, out, out_stride);
         if (rows16 == n_rows) return;

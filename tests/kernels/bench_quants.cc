@@ -91,7 +91,29 @@ double bench_packed(DType t, int64_t n_cols, int iters, float* sink, bool ref_or
 
 }  // namespace
 
+// `bench_quants cols`: the packed product's time per activation row for 1 to 16 rows (small
+// batches and speculative verification run these sizes), relative to one row's time.
+int columns_table(int iters) {
+    float sink = 0;
+    for (const char* isa : {"avx2", "avx512"}) {
+        if (!ferrox::kernels_isa_available(isa)) continue;
+        ferrox::kernels_force_isa(isa);
+        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+            for (bool ref_order : {false, true}) {
+                if (ref_order && !ferrox::quant_kernels(t).gemm_packed8_ref_order) continue;
+                const double s1 = bench_packed(t, 1, iters, &sink, ref_order);
+                std::printf("%-6s %-5s%-12s 1 col %7.2f us; n cols / 1 col:", isa, std::string(ferrox::dtype_name(t)).c_str(),
+                            ref_order ? " (ref order)" : "", s1 * 1e6);
+                for (int c = 2; c <= 16; ++c) std::printf(" %d:%.2f", c, bench_packed(t, c, iters, &sink, ref_order) / s1);
+                std::printf("\n");
+            }
+        }
+    }
+    return sink == 12345.678f ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "cols") return columns_table(argc > 2 ? std::atoi(argv[2]) : 300);
     const int iters = argc > 1 ? std::atoi(argv[1]) : 300;
     const int64_t n_rows = 576, n = 1536;
     float sink = 0;
