@@ -227,8 +227,9 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
     for (int64_t c0 = 0; c0 < n_cols; c0 += kManyCols) {
         const int nc = static_cast<int>(n_cols - c0 < kManyCols ? n_cols - c0 : kManyCols);
         const uint8_t* ac = a + c0 * a_row_bytes;
-        for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
-            const int64_t nbk = nb - b0 < kChunkBlocks ? nb - b0 : kChunkBlocks;
+        const int64_t chunk = kChunkBlocks * kManyCols / nc;  // as gemm_many_columns_512
+        for (int64_t b0 = 0; b0 < nb; b0 += chunk) {
+            const int64_t nbk = nb - b0 < chunk ? nb - b0 : chunk;
             for (int64_t b = 0; b < nbk; ++b) {
                 for (int c = 0; c < nc; ++c)
                     cb[b * nc + c] = col_block<F::kSum>(reinterpret_cast<const YB*>(ac + c * a_row_bytes)[b0 + b]);
@@ -240,6 +241,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                 }
                 const uint8_t* p = w + (g * nb + b0) * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p += F::kBlockBytes) {
+                    prefetch_ahead<F::kBlockBytes>(p);
                     const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
                     const __m256 mx = load_mins<WB>(p);
                     const ColBlock* e = cb + b * nc;
