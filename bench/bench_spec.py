@@ -32,27 +32,71 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serving import DEFAULT_MODEL, ROOT, ServerProc, log, stream_completion  # noqa: E402
 
 
-def read(rel, lines=None):
-    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
-        text = f.read()
-    if lines:
-        text = "\n".join(text.splitlines()[lines[0]:lines[1]])
-    return text
+# The inputs are fixed here (not read from the repository, whose files change) so that figures
+# from different sessions compare.
+CODE = """#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+// A fixed-capacity ring buffer of samples with a running mean.
+class RingBuffer {
+public:
+    explicit RingBuffer(size_t capacity) : data_(capacity, 0.0), sum_(0.0) {}
+
+    void push(double x) {
+        if (size_ == data_.size()) {
+            sum_ -= data_[head_];
+        } else {
+            ++size_;
+        }
+        data_[head_] = x;
+        sum_ += x;
+        head_ = (head_ + 1) % data_.size();
+    }
+
+    double mean() const { return size_ == 0 ? 0.0 : sum_ / static_cast<double>(size_); }
+
+    double max() const {
+        double best = data_[0];
+        for (size_t i = 1; i < size_; ++i) best = std::max(best, data_[i]);
+        return best;
+    }
+
+    size_t size() const { return size_; }
+    bool full() const { return size_ == data_.size(); }
+
+private:
+    std::vector<double> data_;
+    double sum_;
+    size_t head_ = 0;
+    size_t size_ = 0;
+};
+"""
+
+DOC = """The lighthouse on Carrow Point was built in 1871 from granite quarried on the island itself. \
+Its lamp burned whale oil for the first twenty years, then kerosene, and since 1952 it has been lit by \
+electricity from a cable laid across the sound.
+
+The last keeper, Margaret Hale, left in 1987 when the light was automated. She kept a logbook every night \
+for thirty-one years, recording the weather, the ships that passed and the birds that struck the glass \
+during the autumn migration.
+
+Today the tower is owned by a local trust. Visitors can climb its 112 steps between May and September, \
+and the keeper's cottage has been turned into a small museum that displays her logbooks, the original \
+brass lens and photographs of the storms of 1953."""
 
 
 def tasks():
-    code = read("src/engine/sampler.cc", (0, 45))
-    doc = read("README.md", (0, 30))
+    code, doc = CODE, DOC
     items = ["apple 3 red", "banana 12 yellow", "cherry 40 dark red", "grape 25 green", "lemon 7 yellow",
              "lime 9 green", "mango 4 orange", "pear 6 green", "plum 11 purple", "kiwi 8 brown",
              "peach 5 orange", "melon 2 green"]
     return [
         ("code: copy with one change", "grounded",
-         "Here is a C++ file:\n```cpp\n" + code + "\n```\nRewrite the file exactly as it is, but rename the "
-         "function `sample` to `draw`. Output only the code."),
+         "Here is a C++ file:\n```cpp\n" + code + "```\nRewrite the file exactly as it is, but rename the "
+         "method `push` to `add`. Output only the code."),
         ("document: quote and summarize", "grounded",
-         "Here is a document:\n\n" + doc + "\n\nFirst quote its first two paragraphs word for word, then "
-         "summarize it in three sentences."),
+         "Repeat the following text exactly, then summarize it in three sentences.\n\n" + doc),
         ("list: repeated structure", "grounded",
          "Here is a list of fruits with a count and a color:\n" + "\n".join(items) +
          "\nWrite each line as a JSON object with the keys name, count and color, one per line."),

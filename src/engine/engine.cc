@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/text_stream.h"
+#include "engine/prompt_lookup.h"
 
 namespace ferrox {
 
@@ -63,25 +64,16 @@ struct Engine::Seq {
 
 namespace {
 
-// Prompt lookup: the tokens that followed the most recent earlier occurrence of the last n
-// tokens of `toks`, for the largest n from n_max down to 2 (1 when n_max is 1) that occurs;
-// at most k of them, appended to `out`.
-void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<int32_t>* out) {
-    const int len = static_cast<int>(toks.size());
-    for (int n = std::min(n_max, len - 1); n >= std::min(2, n_max) && n >= 1; --n) {
-        const int32_t* suffix = toks.data() + len - n;
-        for (int i = len - n - 1; i >= 0; --i) {  // a match at i is followed by toks[i + n]
-            if (toks[i] != suffix[0] || !std::equal(suffix + 1, suffix + n, toks.data() + i + 1)) continue;
-            const int end = std::min(len, i + n + k);
-            out->insert(out->end(), toks.begin() + i + n, toks.begin() + end);
-            return;
-        }
-    }
-}
-
 // The acceptance estimate of a sequence without history: a draft token is accepted with this
 // probability, worth this many observed tokens.
 constexpr double kPriorAccept = 0.6, kPriorTrials = 2;
+// A step without a trial for a sequence: its acceptance estimate drifts back toward the prior,
+// so a sequence whose drafts failed tries again now and then.
+template <class S>
+void drift_to_prior(S& s) {
+    s.spec_hits *= 0.97;
+    s.spec_trials *= 0.97;
+}
 // While only one step size has been timed, each further token is assumed to cost this fraction
 // of it: optimistic (on 2 cores a small model's extra decode token costs 0.15 to 0.45 of a
 // one-token step), so that short drafts are tried and the sizes they make get timed.
@@ -581,10 +573,7 @@ void Engine::add_drafts(int n_decode, int budget) {
         k_max = std::min({k_max, budget, s.max_total - static_cast<int>(s.tokens.size()) - 1});
         if (allowed && k_max > 0) ngram_draft(s.tokens, opts_.spec_ngram, k_max, &s.draft);
         if (s.draft.empty()) {
-            // No draft: the acceptance estimate drifts back toward the prior, so a sequence
-            // whose drafts failed tries again now and then.
-            s.spec_hits *= 0.97;
-            s.spec_trials *= 0.97;
+            drift_to_prior(s);
             continue;
         }
         const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
@@ -615,6 +604,12 @@ void Engine::add_drafts(int n_decode, int budget) {
     for (Cand& c : cands) c.taken = 0;
     for (size_t i = 0; i < best_len; ++i) {
         for (Cand& c : cands) c.taken += c.s == order[i] ? 1 : 0;
+    }
+    // A draft priced out is no trial either: without the drift a sequence whose first drafts
+    // failed would never be tried again (its estimate only moves on trials), however well
+    // its lookups would now do (a reply that falls into a loop after a bad start).
+    for (Cand& c : cands) {
+        if (c.taken == 0) drift_to_prior(*c.s);
     }
     const int bs = opts_.block_size;
     draft_owner_.clear();

@@ -1,0 +1,22 @@
+#pragma once
+// Prompt lookup, the drafting of model-free speculative decoding (Engine::add_drafts): the
+// tokens that followed an earlier occurrence of the context's last few tokens.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ferrox {
+
+// How far back a match is compared to choose between occurrences.
+inline constexpr int kLookupReach = 64;
+
+// Appends to `out` at most k of the tokens that followed an earlier occurrence of the last n
+// tokens of `toks`, for the largest n from n_max down to 2 (1 when n_max is 1) that occurs. Of
+// the occurrences, the one whose match reaches furthest back (up to kLookupReach tokens), the
+// most recent among equals: text copied from the prompt repeats short n-grams (a closing
+// brace, an indent) whose latest occurrence is often elsewhere, and the longer match is where
+// the copy really is. Nothing is appended when no n-gram occurs (or k <= 0).
+void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<int32_t>* out);
+
+}  // namespace ferrox
