@@ -33,6 +33,9 @@ const std::vector<FlagSpec> kBenchFlags = {
     {{"-b", "--batch-size"}, true, "most prompt tokens in one forward pass (default 512)"},
     {{"-np", "--parallel"}, true,
      "sequences decoded together in tg tests, comma-separated (default 1): tgN x S is N steps of S tokens"},
+    {{"--verify"}, true,
+     "draft tokens verified per sequence and step in tg tests, comma-separated (default 0): tgN x S+K"},
+    {{"-d", "--depth"}, true, "context positions per sequence before each tg test, comma-separated (default 0)"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
     {{"--ggml-order"}, false, "Q4_1 products in ggml's x86 order (llama.cpp's bits) instead of the block order"},
@@ -179,18 +182,26 @@ Status run_prompt(Model& model, KvPool& kv, const BlockTable& table,
     return Status::ok();
 }
 
-// n_gen forward passes of one token per sequence at positions 0..n_gen-1, as llama-bench's
-// test_gen (one sequence) or a decode step of a server with one running request per table: the
-// next tokens are random, not sampled (sampling is not what is measured).
+// n_gen forward passes of one token per sequence at positions depth..depth+n_gen-1, as
+// llama-bench's test_gen (one sequence) or a decode step of a server with one running request
+// per table: the next tokens are random, not sampled (sampling is not what is measured). With
+// n_verify > 0 every sequence also has n_verify one-token entries at its next positions, after
+// all the sequences' own entries, as the engine lays out a step verifying draft tokens; each
+// step then advances a sequence by 1 + n_verify positions (every draft accepted).
 Status run_gen(Model& model, KvPool& kv, const std::vector<std::unique_ptr<BlockTable>>& tables, int n_gen,
-               int32_t first, std::mt19937& rng, std::vector<float>& logits) {
+               int n_verify, int depth, int32_t first, std::mt19937& rng, std::vector<float>& logits) {
     Batch b;
     const int n_seq = static_cast<int>(tables.size());
-    b.tokens.assign(static_cast<size_t>(n_seq), first);
-    for (int s = 0; s < n_seq; ++s) b.seqs.push_back({s, 1, 0, tables[s]->data(), tables[s]->size(), true});
+    const int per = 1 + n_verify;
+    b.tokens.assign(static_cast<size_t>(n_seq) * per, first);
+    for (int j = 0; j < per; ++j) {
+        for (int s = 0; s < n_seq; ++s) {
+            b.seqs.push_back({j * n_seq + s, 1, 0, tables[s]->data(), tables[s]->size(), true});
+        }
+    }
     std::uniform_int_distribution<int32_t> pick(0, model.n_vocab() - 1);
     for (int i = 0; i < n_gen; ++i) {
-        for (BatchSeq& sq : b.seqs) sq.n_past = i;
+        for (size_t e = 0; e < b.seqs.size(); ++e) b.seqs[e].n_past = depth + i * per + static_cast<int>(e) / n_seq;
         FERROX_RETURN_IF_ERROR(model.forward(b, kv, logits));
         for (int32_t& t : b.tokens) t = pick(rng);
     }
@@ -220,6 +231,8 @@ struct TestResult {
     int n_prompt = 0;
     int n_gen = 0;
     int n_seq = 1;  // sequences decoded together (tg tests)
+    int n_verify = 0;  // draft entries per sequence and step (tg tests)
+    int n_depth = 0;   // context positions before the tg test
     std::string test_time;
     std::vector<int64_t> samples_ns;
 };
@@ -236,7 +249,7 @@ std::string markdown_header() {
 }
 
 std::string markdown_row(const ModelDesc& d, const TestResult& r, const Sample& ts) {
-    char size[32], params[32], test[32], tps[48], buf[512];
+    char size[32], params[32], test[64], tps[48], buf[512];
     std::snprintf(size, sizeof size, "%.2f GiB", d.n_bytes / 1073741824.0);
     if (d.n_params >= 1000000000ull) {
         std::snprintf(params, sizeof params, "%.2f B", d.n_params / 1e9);
@@ -245,10 +258,12 @@ std::string markdown_row(const ModelDesc& d, const TestResult& r, const Sample& 
     }
     if (r.n_prompt > 0) {
         std::snprintf(test, sizeof test, "pp%d", r.n_prompt);
-    } else if (r.n_seq > 1) {
-        std::snprintf(test, sizeof test, "tg%dx%d", r.n_gen, r.n_seq);
     } else {
-        std::snprintf(test, sizeof test, "tg%d", r.n_gen);
+        std::string t = "tg" + std::to_string(r.n_gen);
+        if (r.n_seq > 1 || r.n_verify > 0) t += "x" + std::to_string(r.n_seq);
+        if (r.n_verify > 0) t += "+" + std::to_string(r.n_verify);
+        if (r.n_depth > 0) t += " @ d" + std::to_string(r.n_depth);
+        std::snprintf(test, sizeof test, "%s", t.c_str());
     }
     std::snprintf(tps, sizeof tps, "%.2f ± %.2f", ts.mean, ts.sd);
     // "±" is two bytes but one column: pad its field by one more.
@@ -280,7 +295,8 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
     j["n_parallel"] = r.n_seq;
-    j["n_depth"] = 0;
+    j["n_verify"] = r.n_verify;
+    j["n_depth"] = r.n_depth;
     j["test_time"] = r.test_time;
     j["avg_ns"] = static_cast<int64_t>(std::llround(ns.mean));
     j["stddev_ns"] = static_cast<int64_t>(std::llround(ns.sd));
@@ -293,16 +309,18 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
 
 // Warm-up, then opts.n_reps timed runs of one test on a loaded model.
 Expected<TestResult> run_test(Model& model, KvPool& kv, const BenchOptions& opts, int n_prompt,
-                              int n_gen, int n_seq, int32_t bos) {
+                              int n_gen, int n_seq, int n_verify, int depth, int32_t bos) {
     TestResult r;
     r.n_threads = model.n_threads();
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
     r.n_seq = n_seq;
+    r.n_verify = n_verify;
+    r.n_depth = depth;
     r.test_time = utc_now();
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> pick(0, model.n_vocab() - 1);
-    std::vector<float> logits(static_cast<size_t>(model.n_vocab()) * n_seq);
+    std::vector<float> logits(static_cast<size_t>(model.n_vocab()) * n_seq * (1 + n_verify));
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = pick(rng);
     if (n_prompt > 0 && bos >= 0) prompt[0] = bos;
@@ -310,19 +328,26 @@ Expected<TestResult> run_test(Model& model, KvPool& kv, const BenchOptions& opts
 
     std::vector<std::unique_ptr<BlockTable>> tables;
     for (int i = 0; i < n_seq; ++i) {
-        tables.push_back(std::make_unique<BlockTable>(kv, std::max(n_prompt, n_gen)));
+        tables.push_back(std::make_unique<BlockTable>(kv, std::max(n_prompt, depth + n_gen * (1 + n_verify))));
         if (!tables.back()->ok()) return internal_error("bench: the KV pool is too small for the test");
     }
     const BlockTable& table = *tables[0];
     const int n_batch = std::max(1, std::min(opts.n_batch, model.max_batch_tokens()));
+    if (n_gen > 0 && depth > 0) {  // the context, once (the timed steps write after it)
+        std::vector<int32_t> ctx(static_cast<size_t>(depth));
+        for (int32_t& t : ctx) t = pick(rng);
+        if (bos >= 0) ctx[0] = bos;
+        for (const auto& t : tables) FERROX_RETURN_IF_ERROR(run_prompt(model, kv, *t, ctx, n_batch, logits));
+    }
     // Warm-up: pages the weights in, sizes every buffer (llama-bench: one full prompt, one token).
     if (n_prompt > 0) FERROX_RETURN_IF_ERROR(run_prompt(model, kv, table, prompt, n_batch, logits));
-    if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, 1, first, rng, logits));
+    if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, 1, n_verify, depth, first, rng, logits));
     for (int rep = 0; rep < opts.n_reps; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         if (n_prompt > 0)
             FERROX_RETURN_IF_ERROR(run_prompt(model, kv, table, prompt, n_batch, logits));
-        if (n_gen > 0) FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, n_gen, first, rng, logits));
+        if (n_gen > 0)
+            FERROX_RETURN_IF_ERROR(run_gen(model, kv, tables, n_gen, n_verify, depth, first, rng, logits));
         const auto t1 = std::chrono::steady_clock::now();
         r.samples_ns.push_back(
             std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
@@ -361,8 +386,10 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
     int max_prompt = 0;
     int max_pos = 1;
     for (int p : opts.n_prompt) max_prompt = std::max(max_prompt, p);
-    int max_seq = 1;
-    for (int n : opts.n_gen) max_pos = std::max(max_pos, n);
+    int max_seq = 1, max_verify = 0, max_depth = 0;
+    for (int v : opts.n_verify) max_verify = std::max(max_verify, v);
+    for (int d : opts.n_depth) max_depth = std::max(max_depth, d);
+    for (int n : opts.n_gen) max_pos = std::max(max_pos, max_depth + n * (1 + max_verify));
     for (int s : opts.n_parallel) max_seq = std::max(max_seq, s);
     max_pos = std::max(max_pos, max_prompt);
     auto bos_id = file.get_int("tokenizer.ggml.bos_token_id");
@@ -377,7 +404,7 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
         if (n_threads < 1) return invalid_argument("-t must be >= 1");
         ModelOptions mo;
         mo.n_threads = n_threads;
-        mo.max_batch_tokens = std::max(max_seq, std::min(opts.n_batch, max_prompt));
+        mo.max_batch_tokens = std::max(max_seq * (1 + max_verify), std::min(opts.n_batch, std::max(max_prompt, max_depth)));
         mo.max_ctx = max_pos;
         mo.mmap = opts.mmap;
         mo.ggml_order = opts.ggml_order;
@@ -386,18 +413,22 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
                                 ? static_cast<int32_t>(**bos_id)
                                 : -1;
         KvPool kv(model->kv_geometry(kKvBlock), max_seq * ((max_pos + kKvBlock - 1) / kKvBlock));
-        std::vector<std::tuple<int, int, int>> tests;  // (n_prompt, n_gen, n_seq), llama-bench's order
+        // (n_prompt, n_gen, n_seq, n_verify, depth), llama-bench's order
+        std::vector<std::tuple<int, int, int, int, int>> tests;
         for (int p : opts.n_prompt)
-            if (p > 0) tests.emplace_back(p, 0, 1);
+            if (p > 0) tests.emplace_back(p, 0, 1, 0, 0);
         for (int n : opts.n_gen)
-            for (int s : opts.n_parallel)
-                if (n > 0) tests.emplace_back(0, n, s);
-        for (auto [n_prompt, n_gen, n_seq] : tests) {
-            FERROX_ASSIGN_OR_RETURN(TestResult r, run_test(*model, kv, opts, n_prompt, n_gen, n_seq, bos));
+            for (int d : opts.n_depth)
+                for (int s : opts.n_parallel)
+                    for (int v : opts.n_verify)
+                        if (n > 0) tests.emplace_back(0, n, s, v, d);
+        for (auto [n_prompt, n_gen, n_seq, n_verify, depth] : tests) {
+            FERROX_ASSIGN_OR_RETURN(TestResult r,
+                                    run_test(*model, kv, opts, n_prompt, n_gen, n_seq, n_verify, depth, bos));
             std::vector<double> ns, ts;
             for (int64_t x : r.samples_ns) {
                 ns.push_back(static_cast<double>(x));
-                ts.push_back(1e9 * (n_prompt + n_gen * n_seq) /
+                ts.push_back(1e9 * (n_prompt + static_cast<double>(n_gen) * n_seq * (1 + n_verify)) /
                              static_cast<double>(std::max<int64_t>(1, x)));
             }
             const Sample s_ns = stats(ns), s_ts = stats(ts);
@@ -418,8 +449,8 @@ int cmd_bench(int argc, char** argv) {
     if (!args.has_value()) return fail(args.status());
     if (args->has("-h")) {
         std::printf(
-            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-np 1,16] [-t 1,2] [-r 5] [--mmap] [-o "
-            "md|jsonl]\n%s",
+            "usage: ferrox bench -m MODEL [-p 512] [-n 128] [-np 1,16] [--verify 0,4] [-d 0,512] [-t 1,2] [-r 5] "
+            "[--mmap] [-o md|jsonl]\n%s",
             usage(kBenchFlags).c_str());
         return 0;
     }
@@ -428,7 +459,8 @@ int cmd_bench(int argc, char** argv) {
     BenchOptions opts;
     for (auto [flag, list, min_value] :
          {std::tuple{"-p", &opts.n_prompt, 0}, std::tuple{"-n", &opts.n_gen, 0},
-          std::tuple{"-t", &opts.n_threads, 1}, std::tuple{"-np", &opts.n_parallel, 1}}) {
+          std::tuple{"-t", &opts.n_threads, 1}, std::tuple{"-np", &opts.n_parallel, 1},
+          std::tuple{"--verify", &opts.n_verify, 0}, std::tuple{"-d", &opts.n_depth, 0}}) {
         if (auto v = args->get(flag)) {
             auto parsed = parse_int_list(*v, min_value);
             if (!parsed.has_value())

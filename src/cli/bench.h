@@ -6,8 +6,12 @@
 // A test is ppN (one prompt of N random tokens from an empty cache, in forward passes of at
 // most n_batch tokens) or tgN (N single-token forward passes at positions 0..N-1 from an empty
 // cache, as llama-bench's test_gen does), or tgNxS (N steps of one token for each of S sequences
-// at once, as a server's decode step with S running requests; t/s counts all S). Each runs once as a warm-up (tg: one token), then
-// n_reps timed times; the forward passes are all that is timed.
+// at once, as a server's decode step with S running requests; t/s counts all S), or tgNxS+K
+// (each of the S sequences has K more one-token entries at its next positions in every step,
+// the shape of a step verifying K draft tokens of speculative decoding, all accepted: t/s
+// counts the S * (1 + K) positions). "@ dD": the tg test starts after D positions of context
+// per sequence (filled before the timing, as llama-bench's -d). Each runs once as a warm-up
+// (tg: one step), then n_reps timed times; the forward passes are all that is timed.
 //
 // Threading: runs on the calling thread; the model's thread pool has n_threads workers.
 
@@ -28,6 +32,8 @@ struct BenchOptions {
     std::vector<int> n_prompt{512};  // one pp test per value; 0: none
     std::vector<int> n_gen{128};     // one tg test per value; 0: none
     std::vector<int> n_parallel{1};  // each tg test once per value: sequences decoded together
+    std::vector<int> n_verify{0};    // each tg test once per value: draft entries per sequence
+    std::vector<int> n_depth{0};     // each tg test once per value: context before it
     std::vector<int> n_threads;      // one round of tests per value; empty: all cores
     int n_reps = 5;
     int n_batch = 512;                // most tokens in one forward pass

@@ -129,6 +129,46 @@ TEST(Bench, MarkdownTableHasOneRowPerTest) {
     EXPECT_NE(rows[3].find(" tg4 |"), std::string::npos) << rows[3];
 }
 
+// tgNxS+K @ dD: one line per (depth, sequences, drafts) in that order, t/s counting every
+// position a step computes (S * (1 + K) per step), the test named as the markdown row says.
+TEST(Bench, VerifyAndDepthTests) {
+    Tiny t = tiny_q4_0();
+    ASSERT_TRUE(t.file);
+    BenchOptions o;
+    o.n_prompt = {0};
+    o.n_gen = {4};
+    o.n_parallel = {2};
+    o.n_verify = {0, 3};
+    o.n_depth = {0, 40};
+    o.n_threads = {2};
+    o.n_reps = 2;
+    o.output = BenchOutput::kJsonl;
+    std::vector<std::string> lines;
+    Status st = run_bench(*t.file, "tiny.gguf", t.loader(), o, [&](const std::string& l) { lines.push_back(l); });
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    const int want[][2] = {{0, 0}, {0, 3}, {40, 0}, {40, 3}};  // (depth, verify)
+    ASSERT_EQ(lines.size(), std::size(want));
+    for (size_t i = 0; i < lines.size(); ++i) {
+        SCOPED_TRACE(lines[i]);
+        const auto j = nlohmann::json::parse(lines[i]);
+        EXPECT_EQ(j["n_depth"].get<int>(), want[i][0]);
+        EXPECT_EQ(j["n_verify"].get<int>(), want[i][1]);
+        EXPECT_EQ(j["n_parallel"].get<int>(), 2);
+        const auto ns = j["samples_ns"].get<std::vector<int64_t>>();
+        const auto ts = j["samples_ts"].get<std::vector<double>>();
+        ASSERT_EQ(ns.size(), 2u);
+        for (size_t k = 0; k < 2; ++k) {
+            EXPECT_NEAR(ts[k], 1e9 * 4 * 2 * (1 + want[i][1]) / static_cast<double>(ns[k]), 1e-9 * ts[k]);
+        }
+    }
+    o.output = BenchOutput::kMarkdown;
+    o.n_verify = {3};
+    o.n_depth = {40};
+    std::string out;
+    ASSERT_TRUE(run_bench(*t.file, "tiny.gguf", t.loader(), o, [&](const std::string& l) { out += l; }).is_ok());
+    EXPECT_NE(out.find(" tg4x2+3 @ d40 |"), std::string::npos) << out;
+}
+
 TEST(Bench, RejectsBadOptions) {
     Tiny t = tiny_q4_0();
     ASSERT_TRUE(t.file);
