@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/quants.h"
 #include "tensor/fp16.h"
@@ -86,8 +87,9 @@ void reduce_prefill_t_scalar(const float* acc_t, float* out, int n) {
 
 }  // namespace
 
-// attention_f16_avx2.cc
+// attention_f16_avx2.cc, attention_f16_avx512.cc
 const AttnF16Kernels* attn_f16_kernels_avx2();
+const AttnF16Kernels* attn_f16_kernels_avx512();
 
 const AttnF16Kernels& attn_f16_kernels_scalar() {
     static const AttnF16Kernels k{dot_decode_scalar,
@@ -109,6 +111,8 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
 
 const AttnF16Kernels& attn_f16_kernels() {
     static const AttnF16Kernels* k = [] {
+        // The matrix kernels' ISA (CPUID, or FERROX_KERNELS_ISA): avx512 has F/BW/DQ/VL.
+        if (std::strcmp(kernels_isa_name(), "avx512") == 0) return attn_f16_kernels_avx512();
         if (cpu_has_avx2()) {  // AVX2, FMA and F16C (kernels/dispatch.cc)
             return attn_f16_kernels_avx2();
         }

@@ -1,6 +1,7 @@
 // The attention kernels over an F16 cache: the grouped-query prefill and decode kernels give,
 // bit for bit, what the one-query functions give for every head and row, on the AVX2 table
-// and the scalar one, for the head size with a register path (64) and others.
+// and the scalar one, for the head size with a register path (64) and others; the selected
+// table is the AVX-512 one where the CPU has it.
 #include <gtest/gtest.h>
 
 #include <cmath>

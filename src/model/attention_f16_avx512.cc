@@ -1,0 +1,134 @@
+// Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
+// (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The two kernels of decode attention,
+// the grouped dots and P·V, with 16-lane registers and each lane's operations exactly those of
+// the AVX2 kernels (attention_f16_avx2.cc), so every head keeps its bits; the other entries of
+// the table are the AVX2 ones.
+//
+// Dots: a 64-wide F16 row of K is four 16-lane vectors; lanes 0-7 of the first hold elements
+// 0-7 and lanes 8-15 elements 8-15, so one 16-lane multiply-add chain computes the AVX2
+// kernel's accumulators a0 and a1 side by side (a2 and a3 in the second), and their sum
+// (a0 + a2 | a1 + a3) is reduced to the AVX2 x = (a0 + a2) + (a1 + a3) by adding its halves.
+// The dots of 8 rows of one head are then reduced together: the pairs (l, l + 4) of every
+// x, then (t0 + t1) and (t2 + t3), then their sum, each dot in the AVX2 order
+// ((t0 + t1) + (t2 + t3)), 8 results per vector instead of a horizontal add chain per dot.
+// P·V: a 64-float partial row is four registers instead of eight.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "model/attention_f16.h"
+
+namespace ferrox {
+
+const AttnF16Kernels* attn_f16_kernels_avx2();
+
+namespace {
+
+inline __m512 load16_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// x = (a0 + a2) + (a1 + a3) of the AVX2 kernel for q against the converted row k0..k3.
+inline __m256 dot_lanes(const __m512 k0, const __m512 k1, const __m512 k2, const __m512 k3, const float* q) {
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 a01 = _mm512_fmadd_ps(k2, _mm512_loadu_ps(q + 32), _mm512_fmadd_ps(k0, _mm512_loadu_ps(q), zero));
+    const __m512 a23 = _mm512_fmadd_ps(k3, _mm512_loadu_ps(q + 48), _mm512_fmadd_ps(k1, _mm512_loadu_ps(q + 16), zero));
+    const __m512 s = _mm512_add_ps(a01, a23);  // (a0 + a2 | a1 + a3)
+    return _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+}
+
+// The AVX2 reduction of one x: t = lanes (l, l + 4) added, then (t0 + t1) + (t2 + t3).
+inline float reduce_one(__m256 x) {
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 h = _mm_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// reduce_one of x[0..7], as one vector in order.
+inline __m256 reduce_eight(const __m256* x) {
+    __m256 t[4];
+    for (int i = 0; i < 4; ++i) {
+        const __m256 lo = _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20);  // (x lanes 0-3 | y lanes 0-3)
+        const __m256 hi = _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31);  // (x lanes 4-7 | y lanes 4-7)
+        t[i] = _mm256_add_ps(lo, hi);  // (t of x | t of y)
+    }
+    // Per 128-bit half: (t0 + t1, t2 + t3) of two dots, then their sums: r0 r2 r4 r6 | r1 r3 r5 r7.
+    const __m256 h0 = _mm256_hadd_ps(t[0], t[1]), h1 = _mm256_hadd_ps(t[2], t[3]);
+    const __m256 r = _mm256_hadd_ps(h0, h1);
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                              float* out, int out_stride) {
+    constexpr int kMaxHeads = 8;
+    if (n != 64 || n_q > kMaxHeads) {
+        attn_f16_kernels_avx2()->dots_decode_group(q, n_q, k, stride, count, n, scale, out, out_stride);
+        return;
+    }
+    const __m256 vscale = _mm256_set1_ps(scale);
+    alignas(32) __m256 x[kMaxHeads][8];
+    int j0 = 0;
+    for (; j0 + 8 <= count; j0 += 8) {
+        for (int j = 0; j < 8; ++j) {
+            const uint16_t* kr = k + static_cast<size_t>(j0 + j) * stride;
+            const __m512 k0 = load16_f16(kr), k1 = load16_f16(kr + 16), k2 = load16_f16(kr + 32), k3 = load16_f16(kr + 48);
+            for (int g = 0; g < n_q; ++g) x[g][j] = dot_lanes(k0, k1, k2, k3, q + g * 64);
+        }
+        for (int g = 0; g < n_q; ++g) {
+            _mm256_storeu_ps(out + static_cast<size_t>(g) * out_stride + j0, _mm256_mul_ps(reduce_eight(x[g]), vscale));
+        }
+    }
+    for (int j = j0; j < count; ++j) {
+        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
+        const __m512 k0 = load16_f16(kr), k1 = load16_f16(kr + 16), k2 = load16_f16(kr + 32), k3 = load16_f16(kr + 48);
+        for (int g = 0; g < n_q; ++g) {
+            out[static_cast<size_t>(g) * out_stride + j] = reduce_one(dot_lanes(k0, k1, k2, k3, q + g * 64)) * scale;
+        }
+    }
+}
+
+// See AttnF16Kernels::accumulate_rows_group and accumulate_rows_group_avx2: per head and
+// partial row, its 64 floats stay in four registers over the row's positions.
+void accumulate_rows_group_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
+                                  int p0, int n_rows, float* acc, int acc_stride, int n) {
+    if (n != 64) {
+        attn_f16_kernels_avx2()->accumulate_rows_group(p, p_stride, n_q, rows, count, p0, n_rows, acc, acc_stride, n);
+        return;
+    }
+    for (int g = 0; g < n_q; ++g) {
+        const float* pg = p + static_cast<size_t>(g) * p_stride;
+        for (int j0 = 0; j0 < std::min(count, n_rows); ++j0) {
+            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>((p0 + j0) % n_rows) * 64;
+            __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32),
+                   a3 = _mm512_loadu_ps(a + 48);
+            for (int j = j0; j < count; j += n_rows) {
+                const uint16_t* v = rows[j];
+                const __m512 pv = _mm512_set1_ps(round_f16(pg[j]));
+                a0 = _mm512_fmadd_ps(load16_f16(v), pv, a0);
+                a1 = _mm512_fmadd_ps(load16_f16(v + 16), pv, a1);
+                a2 = _mm512_fmadd_ps(load16_f16(v + 32), pv, a2);
+                a3 = _mm512_fmadd_ps(load16_f16(v + 48), pv, a3);
+            }
+            _mm512_storeu_ps(a, a0);
+            _mm512_storeu_ps(a + 16, a1);
+            _mm512_storeu_ps(a + 32, a2);
+            _mm512_storeu_ps(a + 48, a3);
+        }
+    }
+}
+
+}  // namespace
+
+const AttnF16Kernels* attn_f16_kernels_avx512() {
+    static const AttnF16Kernels k = [] {
+        AttnF16Kernels t = *attn_f16_kernels_avx2();
+        t.dots_decode_group = dots_decode_group_avx512;
+        t.accumulate_rows_group = accumulate_rows_group_avx512;
+        return t;
+    }();
+    return &k;
+}
+
+}  // namespace ferrox
