@@ -62,7 +62,7 @@ inline __m256 reduce_eight(const __m256* x) {
 
 void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
                               float* out, int out_stride) {
-    constexpr int kMaxHeads = 8;
+    constexpr int kMaxHeads = 32;  // kAttnQueries: a sequence's draft tokens' heads too
     if (n != 64 || n_q > kMaxHeads) {
         attn_f16_kernels_avx2()->dots_decode_group(q, n_q, k, stride, count, n, scale, out, out_stride);
         return;

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,7 @@ struct Model::Scratch {
     // Tokens [t0, t0 + nt) of one sequence against query heads [h0, h0 + nh), which share a KV head.
     struct AttnItem {
         int t0, nt, h0, nh;
+        int e0 = 0, ne = 0;  // decode: ne > 1 tokens of one sequence, attn_entries[e0, e0 + ne)
     };
     std::vector<float> x;      // (n_tok, n_embd) residual stream
     std::vector<float> xn;     // (n_tok, n_embd) normed input of a block
@@ -52,6 +54,8 @@ struct Model::Scratch {
     std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
     std::vector<const uint16_t*> attn_rows;  // (n_threads, max_ctx) a decode item's V rows
     std::vector<AttnItem> attn_items;  // Model::attention's work items
+    std::vector<int32_t> attn_entries;  // decode items' tokens, by sequence and position
+    std::vector<std::array<int64_t, 3>> attn_order;  // (block table, position, token) of decode tokens
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
@@ -117,7 +121,7 @@ constexpr int kPrefillRows = 8;
 constexpr int kAttnHeads = 8;
 constexpr int kAttnQueries = 32;
 constexpr int kVChunk = 64;
-constexpr int kAccRowsPerThread = std::max(kDecodeRows, kAttnQueries * kPrefillRows) + kVChunk;
+constexpr int kAccRowsPerThread = std::max(kDecodeRows * kAttnQueries, kAttnQueries * kPrefillRows) + kVChunk;
 // A decode item of kAttnHeads heads: their partial rows and scores fit the per-thread scratch.
 static_assert(kAttnHeads * kDecodeRows <= kAccRowsPerThread && kAttnHeads <= kAttnQueries);
 
@@ -600,10 +604,17 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     items.clear();
     // Decode items are a token's heads that share a KV head (each cache row converted once for
     // them) when that still leaves a few items per thread, else one head each; the heads get
-    // the same bits either way.
+    // the same bits either way. The one-token entries of one sequence (a token and the draft
+    // tokens a speculative step verifies, at its next positions over the same blocks) are one
+    // item per KV head, up to kAttnQueries queries: every cache row is read and converted once
+    // for all of them. Each query still gets the dots, softmax and P·V of a decode step at its
+    // own position (positions past it get weight 0, which adds +0 to its partial rows).
     int n_decode = 0;
     for (const BatchSeq& sq : batch.seqs) n_decode += sq.n_tokens < 2 ? 1 : 0;
     const int decode_heads = n_decode * hp.n_head_kv >= 4 * pool_->n_threads() ? heads_at_once : 1;
+    std::vector<std::array<int64_t, 3>>& order = s.attn_order;
+    order.clear();
+    s.attn_entries.clear();
     for (const BatchSeq& sq : batch.seqs) {
         if (sq.n_tokens >= 2) {
             for (int t = sq.i_begin; t < sq.i_begin + sq.n_tokens; t += tokens_at_once) {
@@ -615,10 +626,40 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
             }
         } else {
+            order.push_back({reinterpret_cast<int64_t>(sq.block_table), s.pos[sq.i_begin], sq.i_begin});
+        }
+    }
+    std::sort(order.begin(), order.end());
+    int n_runs = 0;
+    for (size_t i = 0; i < order.size(); ++i) n_runs += i == 0 || order[i][0] != order[i - 1][0] ? 1 : 0;
+    const int max_entries = kAttnQueries / heads_at_once;
+    const int items_per_entry = hp.n_head / heads_at_once;
+    for (size_t i = 0; i < order.size();) {
+        size_t end = i + 1;
+        while (end < order.size() && order[end][0] == order[i][0]) ++end;
+        const int len = static_cast<int>(end - i);
+        if (len == 1) {
+            const int t = static_cast<int>(order[i][2]);
             for (int h = 0; h < hp.n_head; h += decode_heads) {
-                items.push_back({sq.i_begin, 1, h, std::min(decode_heads, hp.n_head - h)});
+                items.push_back({t, 1, h, std::min(decode_heads, hp.n_head - h)});
+            }
+        } else {
+            // Enough items for the threads: a lone sequence's entries in a few chunks.
+            const int want = (2 * pool_->n_threads() + n_runs * items_per_entry - 1) / (n_runs * items_per_entry);
+            const int n_chunks = std::max((len + max_entries - 1) / max_entries, std::min(len, want));
+            for (int c = 0; c < n_chunks; ++c) {
+                const int e0 = static_cast<int>(s.attn_entries.size());
+                const int b = len * c / n_chunks, e = len * (c + 1) / n_chunks;
+                for (int k = b; k < e; ++k) s.attn_entries.push_back(static_cast<int32_t>(order[i + k][2]));
+                for (int h = 0; h < hp.n_head; h += group) {
+                    for (int g0 = 0; g0 < group; g0 += heads_at_once) {
+                        items.push_back({static_cast<int>(order[i + b][2]), 1, h + g0, std::min(heads_at_once, group - g0),
+                                         e0, e - b});
+                    }
+                }
             }
         }
+        i = end;
     }
 
     const bool decode_only = n_decode == static_cast<int>(batch.seqs.size());
@@ -652,50 +693,61 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             // masked pass (llama.cpp's), and blocks wholly before the window are not read.
             const auto window_begin = [&](int pos) { return n_swa > 0 ? std::max(0, pos + 1 - n_swa) : 0; };
             if (sq.n_tokens < 2) {
-                // Decode: one token, it.nh heads of one KV head; head g's scores at
-                // scores + g * max_ctx, its 32 partial P·V rows at acc + g * 32 * hd.
-                const int t = it.t0, nh = it.nh;
-                const int first_kv = window_begin(last_kv - 1);
-                const int p_begin = first_kv / bs * bs;
+                // Decode: ne tokens of one sequence (in position order), it.nh heads of one KV
+                // head; query (entry e, head g) is number e * nh + g, its scores at
+                // scores + (e * nh + g) * max_ctx, its 32 partial P·V rows at acc + (e * nh + g) * 32 * hd.
+                const int ne = std::max(1, it.ne), nh = it.nh, nq = ne * nh;
+                const int* ents = it.ne > 0 ? s.attn_entries.data() + it.e0 : &it.t0;
+                const int last_all = s.pos[ents[ne - 1]] + 1;
+                const int p_begin = window_begin(s.pos[ents[0]]) / bs * bs;
                 const int acc_stride = kDecodeRows * hd;
                 // The cache rows were last read a step ago and are rarely still in cache: each
                 // block's K rows are asked for a block ahead, the V rows during the last dots.
                 const size_t head_off = static_cast<size_t>(kvh) * hd * sizeof(uint16_t);
                 const auto ahead = [&](bool v, int p) {  // the block at position p, if any
-                    if (p >= last_kv) return;
+                    if (p >= last_all) return;
                     const uint8_t* b = v ? kv.v_rows(sq.block_table[p / bs], il) : kv.k_rows(sq.block_table[p / bs], il);
-                    prefetch_rows(b + head_off, row_bytes, std::min(bs, last_kv - p), hd * sizeof(uint16_t));
+                    prefetch_rows(b + head_off, row_bytes, std::min(bs, last_all - p), hd * sizeof(uint16_t));
                 };
                 ahead(false, p_begin);
-                const float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim() + it.h0 * hd;
-                for (int i = 0; i < nh * hd; ++i) qh[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
-                for (int p = p_begin; p < last_kv; p += bs) {
+                for (int e = 0; e < ne; ++e) {
+                    const float* q = s.q.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + it.h0 * hd;
+                    for (int i = 0; i < nh * hd; ++i) qh[e * nh * hd + i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+                }
+                for (int p = p_begin; p < last_all; p += bs) {
                     ahead(false, p + bs);
-                    if (p + 2 * bs >= last_kv) ahead(true, p_begin);
+                    if (p + 2 * bs >= last_all) ahead(true, p_begin);
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    fk.dots_decode_group(qh, nh, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
+                    fk.dots_decode_group(qh, nq, krow, stride, std::min(bs, last_all - p), hd, scale, scores + p,
                                          opts_.max_ctx);
                 }
-                for (int g = 0; g < nh; ++g) {
-                    float* sc = scores + static_cast<size_t>(g) * opts_.max_ctx;
-                    if (cap > 0) attn_softcap(sc + first_kv, last_kv - first_kv, cap);
-                    softmax_inplace(sc + first_kv, last_kv - first_kv);
-                    std::fill(sc + p_begin, sc + first_kv, 0.0f);
+                for (int e = 0; e < ne; ++e) {
+                    const int own_last = s.pos[ents[e]] + 1;
+                    const int first_kv = window_begin(own_last - 1);
+                    for (int g = 0; g < nh; ++g) {
+                        float* sc = scores + static_cast<size_t>(e * nh + g) * opts_.max_ctx;
+                        if (cap > 0) attn_softcap(sc + first_kv, own_last - first_kv, cap);
+                        softmax_inplace(sc + first_kv, own_last - first_kv);
+                        std::fill(sc + p_begin, sc + first_kv, 0.0f);
+                        std::fill(sc + own_last, sc + last_all, 0.0f);
+                    }
                 }
-                std::fill(acc, acc + static_cast<size_t>(nh) * acc_stride, 0.0f);
-                for (int p = p_begin; p < last_kv; p += bs) {
+                std::fill(acc, acc + static_cast<size_t>(nq) * acc_stride, 0.0f);
+                for (int p = p_begin; p < last_all; p += bs) {
                     const auto* vrow =
                         reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
-                    for (int j = 0; j < std::min(bs, last_kv - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
+                    for (int j = 0; j < std::min(bs, last_all - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
                 }
-                for (int p0 = p_begin; p0 < last_kv; p0 += kDecodeVChunk) {
-                    fk.accumulate_rows_group(scores + p0, opts_.max_ctx, nh, vrows + (p0 - p_begin),
-                                             std::min(kDecodeVChunk, last_kv - p0), p0, kDecodeRows, acc, acc_stride, hd);
+                for (int p0 = p_begin; p0 < last_all; p0 += kDecodeVChunk) {
+                    fk.accumulate_rows_group(scores + p0, opts_.max_ctx, nq, vrows + (p0 - p_begin),
+                                             std::min(kDecodeVChunk, last_all - p0), p0, kDecodeRows, acc, acc_stride, hd);
                 }
-                for (int g = 0; g < nh; ++g) {
-                    fk.reduce_decode(acc + static_cast<size_t>(g) * acc_stride,
-                                     s.att.data() + static_cast<size_t>(t) * hp.q_dim() + (it.h0 + g) * hd, hd);
+                for (int e = 0; e < ne; ++e) {
+                    for (int g = 0; g < nh; ++g) {
+                        fk.reduce_decode(acc + static_cast<size_t>(e * nh + g) * acc_stride,
+                                         s.att.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + (it.h0 + g) * hd, hd);
+                    }
                 }
                 continue;
             }
