@@ -576,14 +576,17 @@ Status Model::check_kv_type(KvType type) const {
 // in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
 // chunk of two or more the prefill order, as llama.cpp does.
 //
-// Work items: a decode token's query heads one by one; a prompt chunk's query heads that share a
-// KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries queries.
-// Such an item reads each cache row once for all its tokens and heads: the K row is converted
-// once for every dot, and the V rows are transposed into floats a chunk at a time for every
-// (token, head) to accumulate from. Each (token, head) still gets its own dots, softmax and P·V
-// in its own order, so the bits do not depend on the items. Threads take the items in turn (a
-// causal prompt's later tokens attend to more positions, and a contiguous split gave the last
-// thread 3/4 of the work at 2 threads).
+// Work items: a decode token's query heads that share a KV head (or one head each, when that
+// leaves too few items), or a sequence's one-token entries (its token and the draft tokens a
+// speculative step verifies) with the heads of one KV head; a prompt chunk's query heads that
+// share a KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries
+// queries. Such an item reads each cache row once for all its tokens and heads: the K row is
+// converted once for every dot; decode P·V keeps each query's 32 partial rows in registers over
+// a chunk of positions, prompt P·V transposes the V rows into floats a chunk at a time for
+// every (token, head) to accumulate from. Each (token, head) still gets its own dots, softmax
+// and P·V in its own order, so the bits do not depend on the items. Decode items are dealt in
+// contiguous shares with stealing; prompt items in turn (a causal prompt's later tokens attend
+// to more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
 void Model::attention(const Batch& batch, KvPool& kv, int il) {
     if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
     const ModelHParams& hp = hp_;
