@@ -285,13 +285,14 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
 // The float step is the AVX2 kernels' ((s * dx) * dy added to the running sum), so each output
 // keeps vec_dot_ref's bits.
 constexpr int64_t kChunkBlocks512 = 16;  // Q8_0's shifted activations: 16 * 64 * 32 B = 32 KiB
-// From 2 columns on (one column keeps columns_pass: decode streams the weights once, and its
-// 8-row pass with prefetch is as fast). Small batches and speculative verification (2 to 7
-// rows) were 2-column passes that unpacked every block again per pair: `bench_quants cols`,
-// Q4_1 block order, 3 / 4 / 7 columns 2.48 / 2.95 / 5.27 -> 1.74 / 2.18 / 3.38 one-column
-// times; `ferrox bench -np 4` 785-830 -> 956-999 t/s, -np 16 1200-1226 -> 1390-1456 (with the
-// prefetch below).
-constexpr int kManyColsFrom512 = 2;
+// From 3 columns on (one and two columns keep columns_pass: decode streams the weights once,
+// and the 8-row passes with prefetch were faster there: `ferrox bench -np 2` 615-627 through
+// this kernel against 691-733). Small batches and speculative verification (3 to 7 rows) were
+// 2-column passes that unpacked every block again per pair: `bench_quants cols`, Q4_1 block
+// order, 3 / 4 / 7 columns 2.48 / 2.95 / 5.27 -> 1.74 / 2.18 / 3.38 one-column times; `ferrox
+// bench -np 3 / 4 / 8 / 16` 708-716 / 711-754 / 873-879 / 1186-1203 -> 803-827 / 889-903 /
+// 1146 / 1355-1378 t/s (with the prefetch and longer chunks below).
+constexpr int kManyColsFrom512 = 3;
 
 template <typename WB>
 struct Wide {
