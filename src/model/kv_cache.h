@@ -4,9 +4,11 @@
 // pool); position p of a sequence lives in block table[p / block_size], slot p % block_size.
 // Blocks are reference-counted so sequences can share a common prefix.
 //
-// Layout of one block: [n_layer][2: K, V][block_size][row] where a row is one position's
-// kv_dim values as F16 or Q8_0 (blocks of 32 with an F16 scale), so the positions of one layer
-// in one block are contiguous rows (what attention streams over).
+// Layout of one block: [n_layer][2: K, V][slab of block_size * row_bytes]. The model decides
+// the slab's order: an F16 cache is head-major, [n_head_kv][block_size][head_dim] (what one
+// attention item, one KV head, streams over: model.cc's kv_head_rows), a Q8_0 cache is
+// [block_size][row], a row being one position's kv_dim values in blocks of 32 with an F16
+// scale. The pool only moves and shares whole blocks.
 //
 // The pool is also the prefix cache. A full block whose tokens are known can be published
 // under a chained hash of every token from position 0 to its end; a later sequence whose

@@ -125,6 +125,15 @@ constexpr int kAccRowsPerThread = std::max(kDecodeRows * kAttnQueries, kAttnQuer
 // A decode item of kAttnHeads heads: their partial rows and scores fit the per-thread scratch.
 static_assert(kAttnHeads * kDecodeRows <= kAccRowsPerThread && kAttnHeads <= kAttnQueries);
 
+// The F16 cache's K (or V) rows of one KV head in one block and layer: the slab holds the
+// heads one after another, each its block_size positions of head_dim elements, so an attention
+// item, which reads one KV head, reads one contiguous run per block (the Q8_0 cache keeps a
+// position's heads together in one row, as its blocks of 32 elements need).
+inline uint8_t* kv_head_rows(KvPool& kv, bool v, int32_t block, int il, int kvh, int bs, int hd) {
+    uint8_t* slab = v ? kv.v_rows(block, il) : kv.k_rows(block, il);
+    return slab + static_cast<size_t>(kvh) * bs * hd * sizeof(uint16_t);
+}
+
 // Asks for `bytes` at the start of each of `count` rows `row_bytes` apart (a hint: no effect on
 // the results).
 inline void prefetch_rows(const uint8_t* p, size_t row_bytes, int count, size_t bytes) {
@@ -593,13 +602,14 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const int hd = hp.head_dim;
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
-    const size_t row_bytes = kv.geometry().row_bytes();
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
     const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
-    const int stride = static_cast<int>(row_bytes / sizeof(uint16_t));
+    // F16 cache slabs are head-major (see kv_head_rows): one KV head's rows of a block are
+    // consecutive, hd elements apart.
+    const int stride = hd;
     const int heads_at_once = std::min(group, kAttnHeads);
     const int tokens_at_once = kAttnQueries / heads_at_once;
 
@@ -706,11 +716,10 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int acc_stride = kDecodeRows * hd;
                 // The cache rows were last read a step ago and are rarely still in cache: each
                 // block's K rows are asked for a block ahead, the V rows during the last dots.
-                const size_t head_off = static_cast<size_t>(kvh) * hd * sizeof(uint16_t);
                 const auto ahead = [&](bool v, int p) {  // the block at position p, if any
                     if (p >= last_all) return;
-                    const uint8_t* b = v ? kv.v_rows(sq.block_table[p / bs], il) : kv.k_rows(sq.block_table[p / bs], il);
-                    prefetch_rows(b + head_off, row_bytes, std::min(bs, last_all - p), hd * sizeof(uint16_t));
+                    const uint8_t* b = kv_head_rows(kv, v, sq.block_table[p / bs], il, kvh, bs, hd);
+                    prefetch_rows(b, hd * sizeof(uint16_t), std::min(bs, last_all - p), hd * sizeof(uint16_t));
                 };
                 ahead(false, p_begin);
                 for (int e = 0; e < ne; ++e) {
@@ -721,7 +730,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     ahead(false, p + bs);
                     if (p + 2 * bs >= last_all) ahead(true, p_begin);
                     const auto* krow =
-                        reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                        reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
                     fk.dots_decode_group(qh, nq, krow, stride, std::min(bs, last_all - p), hd, scale, scores + p,
                                          opts_.max_ctx);
                 }
@@ -739,7 +748,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 std::fill(acc, acc + static_cast<size_t>(nq) * acc_stride, 0.0f);
                 for (int p = p_begin; p < last_all; p += bs) {
                     const auto* vrow =
-                        reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                        reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd));
                     for (int j = 0; j < std::min(bs, last_all - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
                 }
                 for (int p0 = p_begin; p0 < last_all; p0 += kDecodeVChunk) {
@@ -765,7 +774,8 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int v_begin = window_begin(s.pos[it.t0]) / kVChunk * kVChunk;
             const int p_begin = v_begin / bs * bs;
             for (int p = p_begin; p < last_kv; p += bs) {
-                const auto* krow = reinterpret_cast<const uint16_t*>(kv.k_rows(sq.block_table[p / bs], il)) + kvh * hd;
+                const auto* krow =
+                    reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
                 fk.dots_prefill_group(qh, nq, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
                                       opts_.max_ctx);
             }
@@ -789,8 +799,8 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int m = std::min(kVChunk, last_kv - p0);
                 for (int j = 0; j < m; ++j) {
                     const int p = p0 + j;
-                    rows[j] = reinterpret_cast<const uint16_t*>(kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes) +
-                              kvh * hd;
+                    rows[j] = reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd)) +
+                              (p % bs) * hd;
                 }
                 fk.transpose_rows(rows, m, hd, vt, kVChunk);
                 for (int i = 0; i < it.nt; ++i) {
@@ -983,8 +993,15 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                 const int32_t blk = sq.block_table[p / bs];
                 const size_t off = static_cast<size_t>(p % bs) * kv.geometry().row_bytes();
                 if (kv.geometry().type == KvType::kF16) {
-                    fk.to_f16(k, reinterpret_cast<uint16_t*>(kv.k_rows(blk, il) + off), hp.kv_dim());
-                    fk.to_f16(v, reinterpret_cast<uint16_t*>(kv.v_rows(blk, il) + off), hp.kv_dim());
+                    for (int h = 0; h < hp.n_head_kv; ++h) {
+                        const size_t at = static_cast<size_t>(p % bs) * hp.head_dim;
+                        fk.to_f16(k + h * hp.head_dim,
+                                  reinterpret_cast<uint16_t*>(kv_head_rows(kv, false, blk, il, h, bs, hp.head_dim)) + at,
+                                  hp.head_dim);
+                        fk.to_f16(v + h * hp.head_dim,
+                                  reinterpret_cast<uint16_t*>(kv_head_rows(kv, true, blk, il, h, bs, hp.head_dim)) + at,
+                                  hp.head_dim);
+                    }
                 } else {
                     kq8.quantize_act_row(k, kv.k_rows(blk, il) + off, hp.kv_dim());
                     kq8.quantize_act_row(v, kv.v_rows(blk, il) + off, hp.kv_dim());
