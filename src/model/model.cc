@@ -829,8 +829,7 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     const int hd = hp.head_dim;
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
-    const size_t row_bytes = kv.geometry().row_bytes();
-    const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;
+    const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;  // slabs head-major, as the F16 cache's
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;
     const float cap = hp.attn_logit_softcap;
@@ -851,14 +850,14 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
             const int first_kv = n_swa > 0 ? std::max(0, n_kv - n_swa) : 0;
             kq.quantize_act_row(s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd, qq, hd);
             for (int p = first_kv; p < n_kv; ++p) {
-                const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
+                const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
             if (cap > 0) attn_softcap(scores + first_kv, n_kv - first_kv, cap);
             softmax_inplace(scores + first_kv, n_kv - first_kv);
             std::fill(acc, acc + hd, 0.0f);
             for (int p = first_kv; p < n_kv; ++p) {
-                const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (p % bs) * row_bytes + kvh * head_bytes;
+                const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
                 kq.dequantize_row(vrow, vbuf, hd);
                 const float sp = scores[p];
                 for (int d = 0; d < hd; ++d) acc[d] += sp * vbuf[d];
@@ -991,7 +990,6 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                 const BatchSeq& sq = batch.seqs[s.seq[t]];
                 const int p = s.pos[t];
                 const int32_t blk = sq.block_table[p / bs];
-                const size_t off = static_cast<size_t>(p % bs) * kv.geometry().row_bytes();
                 if (kv.geometry().type == KvType::kF16) {
                     for (int h = 0; h < hp.n_head_kv; ++h) {
                         const size_t at = static_cast<size_t>(p % bs) * hp.head_dim;
@@ -1002,9 +1000,13 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                                   reinterpret_cast<uint16_t*>(kv_head_rows(kv, true, blk, il, h, bs, hp.head_dim)) + at,
                                   hp.head_dim);
                     }
-                } else {
-                    kq8.quantize_act_row(k, kv.k_rows(blk, il) + off, hp.kv_dim());
-                    kq8.quantize_act_row(v, kv.v_rows(blk, il) + off, hp.kv_dim());
+                } else {  // per head: the same blocks of 32 as the whole row's (head_dim % 32 == 0)
+                    const size_t head_bytes = static_cast<size_t>(hp.head_dim) / 32 * 34;
+                    for (int h = 0; h < hp.n_head_kv; ++h) {
+                        const size_t at = (static_cast<size_t>(h) * bs + p % bs) * head_bytes;
+                        kq8.quantize_act_row(k + h * hp.head_dim, kv.k_rows(blk, il) + at, hp.head_dim);
+                        kq8.quantize_act_row(v + h * hp.head_dim, kv.v_rows(blk, il) + at, hp.head_dim);
+                    }
                 }
             }
         });
