@@ -38,7 +38,7 @@ const std::vector<FlagSpec> kBenchFlags = {
     {{"-d", "--depth"}, true, "context positions per sequence before each tg test, comma-separated (default 0)"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
-    {{"--ggml-order"}, false, "Q4_1 products in ggml's x86 order (llama.cpp's bits) instead of the block order"},
+    {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order (its AVX2 build's bits) instead of the fixed orders"},
     {{"-o", "--output"}, true, "md (default) or jsonl"},
     {{"-h", "--help"}, false, "this help"},
 };

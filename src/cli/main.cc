@@ -53,7 +53,7 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
-    {{"--ggml-order"}, false, "sum Q4_1 products in ggml's x86 order: logits bit-identical to llama.cpp's x86 build, about 1.4x slower in batches and prompts (default: the reference block order)"},
+    {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
     {{"-h", "--help"}, false, "this help"},
 };
 
@@ -260,7 +260,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
-    {{"--ggml-order"}, false, "sum Q4_1 products in ggml's x86 order: logits bit-identical to llama.cpp's x86 build, about 1.4x slower in batches and prompts (default: the reference block order)"},
+    {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
     {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},

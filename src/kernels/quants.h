@@ -100,6 +100,23 @@ struct QuantKernels {
     // (ModelOptions::ggml_order).
     void (*gemm_packed8_ref_order)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                                    int64_t n_cols, float* out, int64_t out_stride) = nullptr;
+    // llama.cpp's x86 order (ModelOptions::ggml_order), on unpacked rows, for the types whose
+    // llama.cpp kernels sum in another order than gemm_packed8. AVX2 and AVX-512 only (null on the
+    // scalar ISA and for other types; Q4_1 has gemm_packed8 in that order instead). llama.cpp picks
+    // a kernel by the batch: in a batch of at least x86_batch_from rows, its first
+    // n - n % x86_batch_group rows go through vec_dot_rows_x86_batch, the others (and decode)
+    // through vec_dot_rows_x86. Q5_0, Q8_0: ggml's vec_dot order, which its prompt kernel
+    // (tinyBLAS) keeps per output; Q6_K: vec_dot, and from 8 rows its tiled kernel's order
+    // (whole block sums); Q4_K: its repacked gemv (scaled per super-block) and, from 4 rows in
+    // groups of 4, its repacked gemm (scaled per 64 elements). The batch kernels' activations
+    // are quantized as every row's: llama.cpp's 4-row Q8_K quantizer picks the scale's sign
+    // differently only for a block holding both +max and -max.
+    void (*vec_dot_rows_x86)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows, const void* a,
+                             float* out) = nullptr;
+    void (*vec_dot_rows_x86_batch)(int64_t n, const void* w, int64_t w_row_bytes, int64_t n_rows,
+                                   const void* a, float* out) = nullptr;
+    int x86_batch_from = 0;   // with vec_dot_rows_x86_batch
+    int x86_batch_group = 1;
     // The activation rows gemm_packed8 takes: packed_act_type, made by quantize_packed_act_row.
     // act_type and quantize_act_row for every type but F16, whose packed kernel takes F32 rows
     // holding the values rounded to F16 (the same numbers as act_type's, kept in the form the

@@ -8,6 +8,7 @@
 // in [-127, 127] (no quantizer makes -128), so a pair sum is at most 2 * 128 * 127 = 32512.
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "core/check.h"
@@ -692,6 +693,49 @@ float dot_q4_k(int64_t n, const void* w, const void* a) {
     return hsum_ps(acc) - _mm_cvtss_f32(acc_m);
 }
 
+// Q4_K in llama.cpp's x86 order (QuantKernels::vec_dot_rows_x86, ModelOptions::ggml_order).
+// llama.cpp repacks Q4_K on x86 (ggml-cpu/repack, q4_K_8x8) and runs it through two kernels: its
+// gemm for a batch's rows in groups of 4, its gemv for decode and the n % 4 rows after them. Both keep the sums of
+// sc * q * y and of m * bsums in two float accumulators, fused multiply-adds by fp16(d) * y.d and
+// fp16(dmin) * y.d, and return the first minus the second; the gemv scales each super-block's
+// integer sums once (kPer64 false), the gemm each 64-element chunk's (two sub-blocks, kPer64).
+template <bool kPer64>
+float dot_q4_k_x86(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK_K == 0);
+    const auto* x = static_cast<const BlockQ4_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    const int64_t nb = n / kQK_K;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    float acc = 0, acc_m = 0;
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = f16_to_f32(x[i].d) * y[i].d;
+        const float dmin = f16_to_f32(x[i].dmin) * y[i].d;
+        const __m256i sm = kquant_scales_mins(x[i].scales);
+        const __m256i scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        alignas(16) int32_t mins[4];  // chunk c's m * bsums (kquant_min_term's lane c)
+        _mm_store_si128(reinterpret_cast<__m128i*>(mins), kquant_min_term(sm, y[i].bsums));
+        int32_t sum = 0, sum_m = 0;
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q4 = load256(x[i].qs + 32 * c);
+            const int32_t chunk = hsum_epi32(kquant_chunk(_mm256_and_si256(q4, low4),
+                                                          _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), y[i].qs,
+                                                          scales, c));
+            if constexpr (kPer64) {
+                acc = std::fma(static_cast<float>(chunk), d, acc);
+                acc_m = std::fma(static_cast<float>(mins[c]), dmin, acc_m);
+            } else {
+                sum += chunk;
+                sum_m += mins[c];
+            }
+        }
+        if constexpr (!kPer64) {
+            acc = std::fma(static_cast<float>(sum), d, acc);
+            acc_m = std::fma(static_cast<float>(sum_m), dmin, acc_m);
+        }
+    }
+    return acc - acc_m;
+}
+
 float dot_q5_k(int64_t n, const void* w, const void* a) {
     DCHECK(n % kQK_K == 0);
     const auto* x = static_cast<const BlockQ5_K*>(w);
@@ -730,50 +774,64 @@ float dot_q5_k(int64_t n, const void* w, const void* a) {
 }
 
 // sum sc * (q - 32) * y = sum sc * q * y - 32 * sum_j sc_j * bsums_j: the products run on the
-// unsigned 6-bit q, the offset comes from the activation's 16-element sums.
+// unsigned 6-bit q, the offset comes from the activation's 16-element sums. One block's integer
+// sums in ggml's 8 lanes (lane l: elements 4l..4l+3 of each 32, minus the offset of 16-element
+// groups 2l and 2l+1).
+inline __m256i q6_k_block_lanes(const BlockQ6_K& x, const BlockQ8_K& y) {
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(y.bsums)), 5));
+    for (int h = 0; h < 2; ++h) {
+        // Scales of this half in both 128-bit lanes; group k of 32 elements uses scale 2k
+        // for its first 16 (16-bit lanes 0-7) and 2k+1 for the rest (lanes 8-15).
+        const __m256i sch = _mm256_broadcastsi128_si256(h == 0 ? _mm256_castsi256_si128(sc16)
+                                                               : _mm256_extracti128_si256(sc16, 1));
+        const __m256i ql0 = load256(x.ql + 64 * h);
+        const __m256i ql1 = load256(x.ql + 64 * h + 32);
+        const __m256i qh = load256(x.qh + 32 * h);
+        const int8_t* yq = y.qs + 128 * h;
+        auto group = [&](__m256i q, int k) {
+            const __m256i p = _mm256_maddubs_epi16(q, load256(yq + 32 * k));
+            return _mm256_madd_epi16(p, broadcast_lane16(sch, 2 * k, 2 * k + 1));
+        };
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
+        const __m256i q2 =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45));
+        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(group(q0, 0), group(q1, 1)),
+                                                       _mm256_add_epi32(group(q2, 2), group(q3, 3))));
+    }
+    return sumi;
+}
+
 float dot_q6_k(int64_t n, const void* w, const void* a) {
     DCHECK(n % kQK_K == 0);
     const auto* x = static_cast<const BlockQ6_K*>(w);
     const auto* y = static_cast<const BlockQ8_K*>(a);
-    const int64_t nb = n / kQK_K;
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
         const float d = y[i].d * f16_to_f32(x[i].d);
-        const __m256i sc16 =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
-        __m256i sumi =
-            _mm256_sub_epi32(_mm256_setzero_si256(),
-                             _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(y[i].bsums)), 5));
-        for (int h = 0; h < 2; ++h) {
-            // Scales of this half in both 128-bit lanes; group k of 32 elements uses scale 2k
-            // for its first 16 (16-bit lanes 0-7) and 2k+1 for the rest (lanes 8-15).
-            const __m256i sch = _mm256_broadcastsi128_si256(
-                h == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1));
-            const __m256i ql0 = load256(x[i].ql + 64 * h);
-            const __m256i ql1 = load256(x[i].ql + 64 * h + 32);
-            const __m256i qh = load256(x[i].qh + 32 * h);
-            const int8_t* yq = y[i].qs + 128 * h;
-            auto group = [&](__m256i q, int k) {
-                const __m256i p = _mm256_maddubs_epi16(q, load256(yq + 32 * k));
-                return _mm256_madd_epi16(p, broadcast_lane16(sch, 2 * k, 2 * k + 1));
-            };
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                                               _mm256_and_si256(qh, bits45));
-            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-            sumi = _mm256_add_epi32(sumi,
-                                    _mm256_add_epi32(_mm256_add_epi32(group(q0, 0), group(q1, 1)),
-                                                     _mm256_add_epi32(group(q2, 2), group(q3, 3))));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q6_k_block_lanes(x[i], y[i])), acc);
     }
     return hsum_ps(acc);
+}
+
+// Q6_K as llama.cpp's tiled K-quant product (ggml-cpu/tiled, which it takes for batches of 8
+// rows and more; QuantKernels::vec_dot_rows_x86_batch): per block the whole integer sum times
+// fp16(d), then a fused multiply-add by y.d, block by block.
+float dot_q6_k_x86_tiled(int64_t n, const void* w, const void* a) {
+    DCHECK(n % kQK_K == 0);
+    const auto* x = static_cast<const BlockQ6_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float acc = 0;
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+        const float r = f16_to_f32(x[i].d) * static_cast<float>(hsum_epi32(q6_k_block_lanes(x[i], y[i])));
+        acc = std::fma(r, y[i].d, acc);
+    }
+    return acc;
 }
 
 // ---- plain floats ----
@@ -977,7 +1035,11 @@ void quantize_q8_k(const float* x, void* dst, int64_t n) {
         for (int k = 0; k < kQK_K / 32; ++k) {
             __m256i q[4];
             for (int j = 0; j < 4; ++j) {
-                const __m256 v = _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * k + 8 * j)), magic);
+                // The product rounded to float before the rounding add, as the reference does
+                // (the empty asm keeps the compiler from fusing the two).
+                __m256 p = _mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * k + 8 * j));
+                __asm__("" : "+x"(p));
+                const __m256 v = _mm256_add_ps(p, magic);
                 const __m256i r = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
                 q[j] = _mm256_and_si256(_mm256_min_epi32(r, cap), byte);  // the low byte, 0..255
             }
@@ -1036,6 +1098,20 @@ void override_quant_kernels(QuantKernels* table) {
     set(DType::kQ4_K, dot_q4_k, vec_dot_rows_loop<dot_q4_k>);
     set(DType::kQ5_K, dot_q5_k, vec_dot_rows_loop<dot_q5_k>);
     set(DType::kQ6_K, dot_q6_k, vec_dot_rows_loop<dot_q6_k>);
+    // llama.cpp's x86 order: its vec_dot order for Q5_0, Q6_K and Q8_0 (which these kernels
+    // have), its tiled kernel's for Q6_K batches of 8 rows and more, its repacked kernels' for Q4_K.
+    for (DType t : {DType::kQ5_0, DType::kQ6_K, DType::kQ8_0}) {
+        table[kernel_index(t)].vec_dot_rows_x86 = table[kernel_index(t)].vec_dot_rows;
+    }
+    QuantKernels& q6 = table[kernel_index(DType::kQ6_K)];
+    q6.vec_dot_rows_x86_batch = vec_dot_rows_loop<dot_q6_k_x86_tiled>;
+    q6.x86_batch_from = 8;
+    q6.x86_batch_group = 1;
+    QuantKernels& q4 = table[kernel_index(DType::kQ4_K)];
+    q4.vec_dot_rows_x86 = vec_dot_rows_loop<dot_q4_k_x86<false>>;
+    q4.vec_dot_rows_x86_batch = vec_dot_rows_loop<dot_q4_k_x86<true>>;
+    q4.x86_batch_from = 4;
+    q4.x86_batch_group = 4;
     table[kernel_index(DType::kQ4_0)].vec_dot_tile = vec_dot_tile<TileQ4_0>;
     table[kernel_index(DType::kQ4_1)].vec_dot_tile = vec_dot_tile<TileQ4_1>;
     table[kernel_index(DType::kQ8_0)].vec_dot_tile = vec_dot_tile<TileQ8_0>;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <sys/mman.h>
 
@@ -58,6 +59,9 @@ struct Model::Scratch {
     std::vector<std::array<int64_t, 3>> attn_order;  // (block table, position, token) of decode tokens
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
+    // (n_tok) each token's index in its sequence's run of the batch, and that run's length
+    // (ModelOptions::ggml_order: llama.cpp's kernel choice for a sequence batched alone).
+    std::vector<int32_t> run_at, run_len;
     std::vector<float> rope_cos, rope_sin;  // (n_tok, n_rot/2)
     std::vector<float> rope_cos_swa, rope_sin_swa;  // (n_tok, n_rot/2) local layers; empty if none
     std::unique_ptr<StealingRanges> tiles;  // the 64-row tiles of a decode product (matmuls)
@@ -276,6 +280,8 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->attn_items.reserve(T * hp.n_head);  // a decode token's heads; a prompt has fewer items
     s->pos.resize(T);
     s->seq.resize(T);
+    s->run_at.resize(T);
+    s->run_len.resize(T);
     s->rope_cos.resize(T * hp.n_rot / 2);
     s->rope_sin.resize(T * hp.n_rot / 2);
     if (hp.n_swa > 0) {
@@ -302,21 +308,25 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
     struct Move {
         const TensorView** w;
         bool pack;
-        bool widen = false;  // Q5_0 rewritten as Q8_0 before packing
+        bool widen = false;  // Q5_0 rewritten as Q8_0 (then packed, unless in llama.cpp's order)
     };
     std::vector<Move> todo;
     auto consider = [&](const TensorView** w) {
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
         const bool shape_ok = t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 && t.n_rows() == t.ne[1];
-        const bool pack = repack && k.repack8 && k.gemm_packed8 && shape_ok;
+        // In llama.cpp's order (ggml_order) a type with its own kernels for it is not packed.
+        const auto x86_order = [&](const QuantKernels& kt) { return opts_.ggml_order && kt.vec_dot_rows_x86; };
+        const bool pack = repack && k.repack8 && k.gemm_packed8 && shape_ok && !x86_order(k);
         // Q5_0 has no packed layout, and its products (5-bit unpacking per weight, no prompt
         // tile kernel) were two thirds of a Gemma 3 prompt. Its weights are exactly Q8_0 ones
         // ((q - 16) * d fits an int8 with the same scale), so it is rewritten as Q8_0 and packed:
         // the same weight values, ~1.5x their bytes (Gemma 3 270M: +23 MiB).
         const QuantKernels& k8 = quant_kernels(DType::kQ8_0);
+        // In llama.cpp's order it is widened and left unpacked: Q8_0's vec_dot and prompt tiles
+        // give Q5_0's vec_dot bits (the same integer lanes, the same scale).
         const bool widen = repack && t.type == DType::kQ5_0 && k8.repack8 && k8.gemm_packed8 && shape_ok;
-        if (pack || widen || copy) todo.push_back({w, pack || widen, widen});
+        if (pack || widen || copy) todo.push_back({w, pack || (widen && !x86_order(k8)), widen});
     };
     for (LayerWeights& L : layers_) {
         for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(w);
@@ -326,8 +336,9 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
     // A tied Q8_0 table is packed for the output product (a large part of decode with a big
     // vocabulary: Gemma's 262,144 rows) and its embedding rows gathered from the packed layout
     // (dequantize_packed_q8_0_row); another table is read by row, never packed.
+    const QuantKernels& k8 = quant_kernels(DType::kQ8_0);
     const bool pack_tied = tied && repack && tok_embd_->type == DType::kQ8_0 && can_pack_q8_0(*tok_embd_) &&
-                           quant_kernels(DType::kQ8_0).repack8 && quant_kernels(DType::kQ8_0).gemm_packed8;
+                           k8.repack8 && k8.gemm_packed8 && !(opts_.ggml_order && k8.vec_dot_rows_x86);
     if (copy || pack_tied) todo.push_back({&tok_embd_, pack_tied});
     if (todo.empty()) return;
     const auto placed_bytes = [](const Move& m) {
@@ -350,7 +361,11 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
             std::vector<uint8_t> q8(placed_bytes(m));
             widen_q5_0_to_q8_0((*m.w)->data, view->n_elements(), q8.data());
             view->type = DType::kQ8_0;
-            quant_kernels(DType::kQ8_0).repack8(q8.data(), view->ne[0], view->ne[1], at);
+            if (m.pack) {
+                quant_kernels(DType::kQ8_0).repack8(q8.data(), view->ne[0], view->ne[1], at);
+            } else {
+                std::memcpy(at, q8.data(), q8.size());
+            }
         } else if (m.pack) {
             quant_kernels(view->type).repack8((*m.w)->data, view->ne[0], view->ne[1], at);
         } else {
@@ -397,7 +412,7 @@ void for_token_ranges(ThreadPool& pool, int n_tok, F&& f) {
 // thread for a few tokens and in parallel for long prompts; then threads split every
 // matrix's rows, each thread walking 16-row tiles for every token so a tile is read from
 // memory once per call.
-void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
+void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens) {
     CHECK(n_jobs >= 1 && n_jobs <= kMaxMatJobs);
     struct Slot {
         const float* x;
@@ -520,6 +535,27 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
                 }
                 continue;
             }
+            // (A type whose llama.cpp order is its vec_dot's keeps the prompt tiles, which give
+            // vec_dot's bits.)
+            const bool x86_tiles = kq.vec_dot_tile && !kq.vec_dot_rows_x86_batch && n_tok >= 4;
+            if (opts_.ggml_order && kq.vec_dot_rows_x86 && !x86_tiles) {
+                // llama.cpp's order, as it computes each sequence batched alone: its batch kernel
+                // (if the type has one) for the first rows of a long enough run of a sequence's
+                // tokens, its other kernel for the rest (QuantKernels::vec_dot_rows_x86).
+                const auto batch_kernel = [&](int t) {
+                    if (!kq.vec_dot_rows_x86_batch || !rows_are_tokens) return false;
+                    const int n = s_->run_len[t];
+                    return n >= kq.x86_batch_from && s_->run_at[t] < n - n % kq.x86_batch_group;
+                };
+                for (int64_t r = r0; r < r1; r += kTile) {
+                    const int64_t nr = std::min(kTile, r1 - r);
+                    for (int t = 0; t < n_tok; ++t) {
+                        (batch_kernel(t) ? kq.vec_dot_rows_x86_batch : kq.vec_dot_rows_x86)(
+                            sl.n_in, wdata + r * w_row, w_row, nr, sl.data + t * sl.row_bytes, y + t * n_out + r);
+                    }
+                }
+                continue;
+            }
             if (kq.vec_dot_tile && n_tok >= 4) {
                 // Prompt: tiles of rows x tokens, a chunk of tokens at a time so its activations
                 // stay in cache while the thread's rows stream past.
@@ -546,6 +582,18 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok) {
 }
 
 namespace {
+
+// The softmax of a query's scores over the positions [first, end), indexed by absolute position
+// (after the soft-cap, if any). The row starts at the multiple of 8 at or below `first`, the
+// positions before it masked (-inf: weight 0), because llama.cpp's rows start at position 0 with
+// the window masked: its softmax sums groups of 8 positions in float, then the groups in double,
+// so the groups must start where its do for the weights to round the same.
+void window_softmax(float* sc, int first, int end, float cap) {
+    if (cap > 0) attn_softcap(sc + first, end - first, cap);
+    const int begin = first / 8 * 8;
+    std::fill(sc + begin, sc + first, -std::numeric_limits<float>::infinity());
+    softmax_inplace(sc + begin, end - begin);
+}
 
 // Rotates one head (n_rot leading dims) in place by the per-token cos/sin table. The fused
 // multiply-adds are written out because that is what ggml's x0*c - x1*s compiles to on x86
@@ -739,8 +787,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     const int first_kv = window_begin(own_last - 1);
                     for (int g = 0; g < nh; ++g) {
                         float* sc = scores + static_cast<size_t>(e * nh + g) * opts_.max_ctx;
-                        if (cap > 0) attn_softcap(sc + first_kv, own_last - first_kv, cap);
-                        softmax_inplace(sc + first_kv, own_last - first_kv);
+                        window_softmax(sc, first_kv, own_last, cap);
                         std::fill(sc + p_begin, sc + first_kv, 0.0f);
                         std::fill(sc + own_last, sc + last_all, 0.0f);
                     }
@@ -784,8 +831,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int first_kv = window_begin(pos);
                 for (int g = 0; g < nh; ++g) {
                     float* sc = scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx;
-                    if (cap > 0) attn_softcap(sc + first_kv, pos + 1 - first_kv, cap);
-                    softmax_inplace(sc + first_kv, pos + 1 - first_kv);
+                    window_softmax(sc, first_kv, pos + 1, cap);
                     std::fill(sc + v_begin, sc + first_kv, 0.0f);
                 }
             }
@@ -853,8 +899,7 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
                 const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
-            if (cap > 0) attn_softcap(scores + first_kv, n_kv - first_kv, cap);
-            softmax_inplace(scores + first_kv, n_kv - first_kv);
+            window_softmax(scores, first_kv, n_kv, cap);
             std::fill(acc, acc + hd, 0.0f);
             for (int p = first_kv; p < n_kv; ++p) {
                 const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
@@ -894,6 +939,8 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         for (int j = 0; j < sq.n_tokens; ++j) {
             s.pos[sq.i_begin + j] = sq.n_past + j;
             s.seq[sq.i_begin + j] = static_cast<int32_t>(i);
+            s.run_at[sq.i_begin + j] = j;
+            s.run_len[sq.i_begin + j] = sq.n_tokens;
         }
         n_out += sq.want_logits ? 1 : 0;
     }
@@ -1059,7 +1106,7 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     }
     if (n_rows > 0) {
         const MatJob out[] = {{output_, s.xn.data(), logits.data()}};
-        matmuls(out, 1, n_rows);
+        matmuls(out, 1, n_rows, /*rows_are_tokens=*/false);
         if (hp.final_logit_softcap > 0) {  // as ggml: scale by 1/c, tanh, scale by c
             const float c = hp.final_logit_softcap, inv_c = 1.0f / c;
             for (size_t i = 0; i < static_cast<size_t>(n_rows) * hp.n_vocab; ++i) {

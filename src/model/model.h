@@ -96,10 +96,17 @@ struct ModelOptions {
     bool mmap = false;
     // Repack matrices of types with a packed decode layout (8 rows interleaved) at load.
     bool repack = true;
-    // Q4_1 matrices summed in ggml's x86 order (8 lanes of 4 products per block, each scaled):
-    // logits bit-identical to llama.cpp's x86 build, at about half the batched throughput of
-    // the default, the reference block order (QuantKernels::gemm_packed8_ref_order), whose
-    // logits are the same on every ISA. Other types have one order.
+    // Matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build
+    // for models of Q4_1, Q5_0, Q8_0, Q4_K and Q6_K matrices (SmolLM2 and Gemma 3 golden tests),
+    // for each sequence as llama.cpp computes it alone (prompt in chunks of 512, n_batch 512;
+    // decode one token a step). Q4_1 keeps its packed layout, summed in ggml's 8 lanes of 4
+    // products per block (about half the batched throughput of the default, the reference block
+    // order, QuantKernels::gemm_packed8_ref_order); the others are not packed and go through
+    // QuantKernels::vec_dot_rows_x86(_batch), which, as llama.cpp's kernels, sum a token's Q4_K
+    // and Q6_K products in an order that depends on how many tokens of its sequence the batch
+    // holds (not on other sequences). A fidelity mode (tests, comparisons), several times slower
+    // on those types; without it every type's order is fixed on every ISA and in every batch.
+    // No effect on the scalar ISA.
     bool ggml_order = false;
 };
 
@@ -134,7 +141,9 @@ private:
         float* y;             // (n_tok, n_out)
     };
     static constexpr int kMaxMatJobs = 3;
-    void matmuls(const MatJob* jobs, int n_jobs, int n_tok);
+    // rows_are_tokens: row t of each input is the batch's token t (else rows stand alone, as
+    // the output product's, one per sequence that wants logits).
+    void matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens = true);
     // The packed product of a type's kernels in the order ModelOptions::ggml_order chose.
     using GemmPacked = void (*)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                                 int64_t n_cols, float* out, int64_t out_stride);

@@ -675,6 +675,21 @@ TEST_P(QuantIsaTest, Q8_KEdgeBlocksAsReference) {
     blocks.push_back(halves);
     blocks.push_back(std::vector<float>(K, 0.0f));
     blocks.push_back(std::vector<float>(K, -0.0f));
+    // x whose product with iscale rounds up to an exact half (5.5) in float although the exact
+    // product is below it: the reference rounds the product, then the half to even (6); a
+    // multiply fused into the rounding add sees the exact product (5). Found on a Gemma 3
+    // activation (with this max).
+    {
+        const float max = -3.38032651f, iscale = -127.f / max;
+        float x = std::nextafter(5.5f / iscale, 0.0f);
+        for (int k = 0; k < 64 && !(x * iscale == 5.5f && double(x) * iscale < 5.5); ++k) x = std::nextafter(x, 1.0f);
+        ASSERT_TRUE(x * iscale == 5.5f && double(x) * iscale < 5.5) << "no such x near 5.5 / iscale";
+        std::vector<float> b(K, 0.0f);
+        b[0] = max;
+        b[1] = x;
+        b[2] = -x;
+        blocks.push_back(b);
+    }
     std::vector<float> row;
     for (const auto& b : blocks) row.insert(row.end(), b.begin(), b.end());
     const int64_t n = static_cast<int64_t>(row.size());
