@@ -16,6 +16,11 @@ full last-position logits (262,144 little-endian float32) in tests/model/golden/
 
 The reference is llama-cpp-python (PyPI, built by pip the ordinary way), flash attention off
 (its default), F16 KV cache, 2 threads, n_batch 512 (so the long prompt is two batches).
+The committed data came from an AVX2 build (AMD Zen 3); llama.cpp built for AVX2 only
+(GGML_NATIVE=OFF, GGML_AVX2=ON, GGML_AVX512=OFF, LLAMA_CPP_LIB_PATH pointing at it) gives the
+same bits on an AVX-512 machine, and ferrox's ModelOptions::ggml_order reproduces them (an
+AVX-512 build of llama.cpp runs AVX-512 variants of its repacked and tiled kernels, not checked
+here).
 Usage: python3 scripts/golden/gemma3_llamacpp.py
 """
 import json
