@@ -71,6 +71,10 @@ void to_f16_scalar(const float* x, uint16_t* y, int n) {
 
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
+void round_f16_row_scalar(const float* x, float* y, int n) {
+    for (int i = 0; i < n; ++i) y[i] = round_f16(x[i]);
+}
+
 void transpose_rows_scalar(const uint16_t* const* rows, int count, int n, float* vt, int ld) {
     const int padded = std::min(ld, (count + 7) / 8 * 8);
     for (int d = 0; d < n; ++d) {
@@ -98,6 +102,7 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   reduce_decode_scalar,
                                   reduce_prefill_scalar,
                                   to_f16_scalar,
+                                  round_f16_row_scalar,
                                   attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
                                   attn_accumulate_run<accumulate_scalar, round_f16>,
                                   attn_accumulate_t<round_f16>,

@@ -29,6 +29,8 @@ struct AttnF16Kernels {
     void (*reduce_prefill)(const float* acc, float* out, int n);
     // Converts n floats to F16 (KV writes).
     void (*to_f16)(const float* x, uint16_t* y, int n);
+    // y[i] = x[i] rounded to F16 precision (to nearest even), as a float (queries).
+    void (*round_f16_row)(const float* x, float* y, int n);
     // Runs of consecutive cache rows (row j at k + j * stride), so the inner loops are not a
     // call per position; each element is exactly what the one-row functions above give.
     // out[j] = dot(q, row j) * scale, in the decode or prefill order.

@@ -108,6 +108,14 @@ void to_f16_avx2(const float* x, uint16_t* y, int n) {
 // F16C rounds to nearest even, as fp32_to_fp16 does.
 inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
 
+void round_f16_row_avx2(const float* x, float* y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    }
+    for (; i < n; ++i) y[i] = round_f16(x[i]);
+}
+
 // See AttnF16Kernels::accumulate_t. Per 8 dimensions, their 8 partial-row vectors (one lane per
 // partial row) stay in registers over the chunk; per 8 positions, one vector of their weights
 // (rounded to F16) and a multiply-add per dimension. The last partial group updates only its
@@ -302,6 +310,7 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   reduce_decode_avx2,
                                   reduce_prefill_avx2,
                                   to_f16_avx2,
+                                  round_f16_row_avx2,
                                   attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
                                   attn_accumulate_run<accumulate_avx2, round_f16>,
                                   accumulate_t_avx2,

@@ -772,7 +772,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 ahead(false, p_begin);
                 for (int e = 0; e < ne; ++e) {
                     const float* q = s.q.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + it.h0 * hd;
-                    for (int i = 0; i < nh * hd; ++i) qh[e * nh * hd + i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+                    fk.round_f16_row(q, qh + e * nh * hd, nh * hd);
                 }
                 for (int p = p_begin; p < last_all; p += bs) {
                     ahead(false, p + bs);
@@ -815,7 +815,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int nh = it.nh, nq = it.nt * nh;
             for (int i = 0; i < it.nt; ++i) {
                 const float* q = s.q.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + it.h0 * hd;
-                for (int e = 0; e < nh * hd; ++e) qh[i * nh * hd + e] = fp16_to_fp32(fp32_to_fp16(q[e]));
+                fk.round_f16_row(q, qh + i * nh * hd, nh * hd);
             }
             // The dots up to the last token's position; the earlier tokens ignore the few past theirs.
             const int v_begin = window_begin(s.pos[it.t0]) / kVChunk * kVChunk;

@@ -170,6 +170,23 @@ TEST(AttentionF16, SelectedKernelsMatchTheScalarOnes) {
         const float d0 = a.dot_decode(q.data(), k.data() + j * n, n), d1 = s.dot_decode(q.data(), k.data() + j * n, n);
         ASSERT_EQ(std::memcmp(&d0, &d1, 4), 0) << "decode order, row " << j;
     }
+    // Queries rounded to F16: ties to even, overflow to infinity, subnormal halves, NaN kept;
+    // 8-wide and the tail.
+    std::vector<float> r = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, -65519.0f, 0x1p-25f, 3 * 0x1p-26f,
+                            -0.0f, std::nanf(""), 1e-8f, 2.5f, -1.0009765625f, 0.33333334f, 70000.0f};
+    for (int i = 0; i < 40; ++i) r.push_back(nd(rng) * 100.0f);
+    std::vector<float> ra(r.size()), rs(r.size());
+    a.round_f16_row(r.data(), ra.data(), static_cast<int>(r.size()));
+    s.round_f16_row(r.data(), rs.data(), static_cast<int>(r.size()));
+    for (size_t i = 0; i < r.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&ra[i], &rs[i], 4), 0) << r[i] << ": " << ra[i] << " vs " << rs[i];
+        if (!std::isnan(r[i])) {
+            EXPECT_EQ(rs[i], fp16_to_fp32(fp32_to_fp16(r[i])));
+        }
+    }
+    EXPECT_EQ(rs[0], 1.0f);                 // a tie goes to the even neighbour
+    EXPECT_EQ(rs[1], 1.0f + 0x1p-9f);
+    EXPECT_TRUE(std::isinf(rs[2]));         // above the largest half
 }
 
 }  // namespace
