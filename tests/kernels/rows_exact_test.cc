@@ -153,7 +153,7 @@ TEST_P(RowsExact, Packed8GemmMatchesTheScalarOrder) {
                 ASSERT_EQ(packed.back(), 0xAB) << "wrote past the packed size";
                 // 70 columns: more than one 64-column tile of the prompt kernels. 1 to 9: every
                 // split of Q4_1's AVX2 kernel (blocks of 4 columns, then 3, or 1 at a time).
-                for (int64_t n_cols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 70}) {
+                for (int64_t n_cols : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 70}) {
                     const int64_t arow = dtype_row_bytes(k.packed_act_type, n) + 8;
                     std::vector<uint8_t> a(static_cast<size_t>(arow * n_cols), 0);
                     std::vector<uint8_t> plain(static_cast<size_t>(dtype_row_bytes(k.act_type, n)));
