@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 
+#include "kernels/ops.h"
+
 namespace ferrox {
 
 Sampler::Sampler(const SamplingParams& params, int n_vocab)
@@ -40,29 +42,6 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
 }
 
 namespace {
-
-// The first index of the largest logit, NaNs never chosen (the plain loop `if (l[i] > l[best])
-// best = i` from best = 0, which also answers 0 when l[0] is NaN). Written as 16 running
-// maxima, (m < x) ? x : m, which the compiler turns into packed max instructions (the plain
-// loop's dependent compare ran at ~3 cycles a logit: 0.8 ms for Gemma's 262,144), then a scan
-// for the first index holding that value.
-int32_t argmax_first(const float* l, int32_t n) {
-    if (n <= 0 || std::isnan(l[0])) return 0;
-    constexpr int kLanes = 16;
-    float m[kLanes];
-    for (float& v : m) v = -std::numeric_limits<float>::infinity();
-    int32_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-        for (int j = 0; j < kLanes; ++j) m[j] = m[j] < l[i + j] ? l[i + j] : m[j];
-    }
-    float mx = l[0];
-    for (; i < n; ++i) mx = mx < l[i] ? l[i] : mx;
-    for (float v : m) mx = mx < v ? v : mx;
-    for (int32_t k = 0; k < n; ++k) {
-        if (l[k] == mx) return k;
-    }
-    return 0;
-}
 
 // A lower bound on the k-th largest finite logit, from the largest of each chunk of 64: the k
 // largest chunk maxima are k distinct logits, so at least k logits reach the k-th of them.
@@ -102,7 +81,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 
     if (p.temperature <= 0.0f) {
         last_prob_ = 1.0f;
-        return argmax_first(logits.data(), n_vocab_);
+        return static_cast<int32_t>(argmax_first(logits.data(), n_vocab_));  // kernels/ops.h
     }
 
     // Candidates: the finite logits, or with top-k only those that can be among the k largest

@@ -29,6 +29,7 @@ struct OpsKernels {
     // ops.h's gemm_f32_packed over the panels [p0, p1) of w (the caller checked the range).
     void (*gemm_f32_packed)(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                             int64_t ldc, int64_t m, const GemmEpilogue& epi);
+    int64_t (*argmax_first)(const float* x, int64_t n);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

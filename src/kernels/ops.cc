@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -56,6 +57,26 @@ float dot_f32_scalar(const float* a, const float* b, int64_t n) {
     float s = 0;
     for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
     return s;
+}
+
+// 16 running maxima, (m < x) ? x : m (NaN never taken), which compilers turn into packed max
+// instructions, then a scan for the first index holding the maximum.
+int64_t argmax_first_scalar(const float* x, int64_t n) {
+    if (n <= 0 || std::isnan(x[0])) return 0;
+    constexpr int kLanes = 16;
+    float m[kLanes];
+    for (float& v : m) v = -std::numeric_limits<float>::infinity();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int j = 0; j < kLanes; ++j) m[j] = m[j] < x[i + j] ? x[i + j] : m[j];
+    }
+    float mx = x[0];
+    for (; i < n; ++i) mx = mx < x[i] ? x[i] : mx;
+    for (float v : m) mx = mx < v ? v : mx;
+    for (int64_t k = 0; k < n; ++k) {
+        if (x[k] == mx) return k;
+    }
+    return 0;
 }
 
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
@@ -124,7 +145,7 @@ namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
-                      gelu_erf_scalar,  gemm_f32_packed_scalar};
+                      gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar};
 }
 }  // namespace detail
 
@@ -145,6 +166,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
     return detail::ops_kernels().dot_f32(a, b, n);
 }
 void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
+int64_t argmax_first(const float* x, int64_t n) { return detail::ops_kernels().argmax_first(x, n); }
 
 void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
               int64_t m, int64_t n, int64_t k) {

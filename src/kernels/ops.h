@@ -36,6 +36,10 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i].
 void axpy(float a, const float* x, float* y, int64_t n);
 
+// The first index of the largest entry, NaNs never chosen: what the plain loop
+// `if (x[i] > x[best]) best = i` from best = 0 answers (0 when x[0] is NaN or n <= 0).
+int64_t argmax_first(const float* x, int64_t n);
+
 // C = A * W^T over f32 rows: c[i * ldc + j] = sum_t a[i * lda + t] * w[j * ldw + t] for
 // i < m, j < n, t < k (A: (m, k), W: (n, k) as a weight matrix's rows, C: (m, n)); C is
 // overwritten and must not overlap A or W. Float accumulation (8 lanes per product on AVX2,

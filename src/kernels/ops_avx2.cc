@@ -165,6 +165,32 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n) {
     return sum;
 }
 
+// argmax_first: four running maxima of 8 (max_ps(x, m) keeps m when x is NaN), then the first
+// 8 holding the maximum. The maximum is the scalar loop's, so is the index.
+int64_t argmax_first_avx2(const float* x, int64_t n) {
+    if (n <= 0 || x[0] != x[0]) return 0;  // (x[0] is NaN; no std:: call here, see simd_avx2.h)
+    __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+    }
+    float mx = hmax_ps(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+    for (; i < n; ++i) mx = mx < x[i] ? x[i] : mx;
+    const __m256 want = _mm256_set1_ps(mx);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), want, _CMP_EQ_OQ));
+        if (hit) return k + __builtin_ctz(static_cast<unsigned>(hit));
+    }
+    for (; k < n; ++k) {
+        if (x[k] == mx) return k;
+    }
+    return 0;
+}
+
 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
@@ -611,7 +637,7 @@ namespace detail::FERROX_ISA_NS {
 void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
-                      gelu_erf_avx2,  gemm_f32_packed_avx2};
+                      gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2};
 #if FERROX_AVX512
     ops->gemm_f32_packed = gemm_f32_packed_avx512;
 #else

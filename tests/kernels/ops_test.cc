@@ -182,6 +182,30 @@ TEST_P(OpsTest, GeluErf) {
     }
 }
 
+// The plain loop's answer: ties to the first, NaNs never chosen (0 when x[0] is NaN).
+TEST_P(OpsTest, ArgmaxFirstIsThePlainLoop) {
+    const auto plain = [](const std::vector<float>& x) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < static_cast<int64_t>(x.size()); ++i) {
+            if (x[i] > x[best]) best = i;
+        }
+        return best;
+    };
+    EXPECT_EQ(argmax_first(nullptr, 0), 0);
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{100}, int64_t{49152}}) {
+        for (int variant = 0; variant < 6; ++variant) {
+            auto x = random_row(n, static_cast<uint32_t>(7 + variant), 10.0f);
+            if (variant == 1 && n > 40) x[37] = x[n - 1] = 99.0f;                  // a tie: the first
+            if (variant == 2) x[n / 2] = std::nanf("");                            // a NaN is skipped
+            if (variant == 3) x[0] = std::nanf("");                                // ... or answers 0
+            if (variant == 4) x.assign(static_cast<size_t>(n), -INFINITY);         // all -inf
+            if (variant == 5 && n > 3) x[n - 2] = INFINITY, x[1] = INFINITY;      // +inf, twice
+            SCOPED_TRACE(::testing::Message() << "n " << n << " variant " << variant);
+            EXPECT_EQ(argmax_first(x.data(), n), plain(x));
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, OpsTest, ::testing::ValuesIn(kernel_test::all_isas()),
                          [](const auto& info) { return info.param; });
 
