@@ -30,6 +30,7 @@ struct OpsKernels {
     void (*gemm_f32_packed)(const float* a, int64_t lda, const PackedMatrix& w, int64_t p0, int64_t p1, float* c,
                             int64_t ldc, int64_t m, const GemmEpilogue& epi);
     int64_t (*argmax_first)(const float* x, int64_t n);
+    void (*rope_rotate)(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

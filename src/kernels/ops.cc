@@ -79,6 +79,17 @@ int64_t argmax_first_scalar(const float* x, int64_t n) {
     return 0;
 }
 
+void rope_rotate_scalar(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        float& a = neox ? x[i] : x[2 * i];
+        float& b = neox ? x[i + half] : x[2 * i + 1];
+        const float x0 = a, x1 = b;
+        a = std::fma(x0, cs[i], -(x1 * sn[i]));
+        b = std::fma(x0, sn[i], x1 * cs[i]);
+    }
+}
+
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
@@ -145,7 +156,8 @@ namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
-                      gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar};
+                      gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar,
+                      rope_rotate_scalar};
 }
 }  // namespace detail
 
@@ -167,6 +179,9 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
 int64_t argmax_first(const float* x, int64_t n) { return detail::ops_kernels().argmax_first(x, n); }
+void rope_rotate(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
+    detail::ops_kernels().rope_rotate(x, cs, sn, n_rot, neox);
+}
 
 void gemm_f32(const float* a, int64_t lda, const float* w, int64_t ldw, float* c, int64_t ldc,
               int64_t m, int64_t n, int64_t k) {

@@ -36,6 +36,12 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i].
 void axpy(float a, const float* x, float* y, int64_t n);
 
+// Rotates the first n_rot dims of one head in place by per-pair cos/sin (n_rot / 2 of each):
+// pairs (x[2i], x[2i+1]) (neox false) or (x[i], x[i + n_rot/2]) (neox true) become
+// (fma(x0, c, -(x1 * s)), fma(x0, s, x1 * c)): what ggml's x0*c - x1*s, x0*s + x1*c compile to
+// on x86 (GCC contracts the first product), so the bits are llama.cpp's. n_rot even.
+void rope_rotate(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox);
+
 // The first index of the largest entry, NaNs never chosen: what the plain loop
 // `if (x[i] > x[best]) best = i` from best = 0 answers (0 when x[0] is NaN or n <= 0).
 int64_t argmax_first(const float* x, int64_t n);

@@ -191,6 +191,40 @@ int64_t argmax_first_avx2(const float* x, int64_t n) {
     return 0;
 }
 
+// rope_rotate, 8 lanes: the scalar's fused multiply-adds and products lane by lane (fmsub of
+// the rounded x1 * s is the fma with its negation).
+void rope_rotate_avx2(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
+    const int64_t half = n_rot / 2;
+    int64_t i = 0;
+    if (neox) {
+        for (; i + 8 <= half; i += 8) {
+            const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + half);
+            const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+            _mm256_storeu_ps(x + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(x + i + half, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+        }
+    } else {
+        // 4 pairs a vector: x0 and x1 of each pair in both its lanes, cos/sin likewise.
+        const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        for (; i + 4 <= half; i += 4) {
+            const __m256 v = _mm256_loadu_ps(x + 2 * i);
+            const __m256 x0 = _mm256_moveldup_ps(v), x1 = _mm256_movehdup_ps(v);
+            const __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + i)), dup);
+            const __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sn + i)), dup);
+            const __m256 even = _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s));
+            const __m256 odd = _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c));
+            _mm256_storeu_ps(x + 2 * i, _mm256_blend_ps(even, odd, 0xAA));
+        }
+    }
+    for (; i < half; ++i) {
+        float& a = neox ? x[i] : x[2 * i];
+        float& b = neox ? x[i + half] : x[2 * i + 1];
+        const float x0 = a, x1 = b;
+        a = __builtin_fmaf(x0, cs[i], -(x1 * sn[i]));
+        b = __builtin_fmaf(x0, sn[i], x1 * cs[i]);
+    }
+}
+
 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
@@ -637,7 +671,8 @@ namespace detail::FERROX_ISA_NS {
 void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
-                      gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2};
+                      gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2,
+                      rope_rotate_avx2};
 #if FERROX_AVX512
     ops->gemm_f32_packed = gemm_f32_packed_avx512;
 #else

@@ -595,25 +595,10 @@ void window_softmax(float* sc, int first, int end, float cap) {
     softmax_inplace(sc + begin, end - begin);
 }
 
-// Rotates one head (n_rot leading dims) in place by the per-token cos/sin table. The fused
-// multiply-adds are written out because that is what ggml's x0*c - x1*s compiles to on x86
-// (GCC contracts the first product): spelling it out makes the bits independent of compiler
-// flags and identical to llama.cpp's.
+// Rotates one head (n_rot leading dims) in place by the per-token cos/sin table, in llama.cpp's
+// bits (ops.h's rope_rotate).
 inline void rope_head(float* x, const float* cs, const float* sn, int n_rot, RopeOrdering ord) {
-    const int half = n_rot / 2;
-    if (ord == RopeOrdering::kNormal) {
-        for (int i = 0; i < half; ++i) {
-            const float x0 = x[2 * i], x1 = x[2 * i + 1];
-            x[2 * i] = std::fma(x0, cs[i], -(x1 * sn[i]));
-            x[2 * i + 1] = std::fma(x0, sn[i], x1 * cs[i]);
-        }
-    } else {
-        for (int i = 0; i < half; ++i) {
-            const float x0 = x[i], x1 = x[i + half];
-            x[i] = std::fma(x0, cs[i], -(x1 * sn[i]));
-            x[i + half] = std::fma(x0, sn[i], x1 * cs[i]);
-        }
-    }
+    rope_rotate(x, cs, sn, n_rot, ord == RopeOrdering::kNeox);  // kernels/ops.h
 }
 
 }  // namespace

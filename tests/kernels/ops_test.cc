@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/quants.h"
@@ -178,6 +179,27 @@ TEST_P(OpsTest, GeluErf) {
             const double v = x[i];
             const double ref = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
             EXPECT_NEAR(y[i], ref, 3e-7 * std::max(1.0, std::fabs(v))) << "x=" << v;
+        }
+    }
+}
+
+// Both pair orders, bit for bit what the fused multiply-adds written out give, with a tail.
+TEST_P(OpsTest, RopeRotateIsTheFusedFormula) {
+    for (int64_t n_rot : {2, 8, 14, 64, 128, 256}) {
+        for (bool neox : {false, true}) {
+            auto x = random_row(n_rot + 6, 3, 4.0f);  // 6 dims past n_rot stay as they are
+            const auto cs = random_row(n_rot / 2, 4, 1.0f), sn = random_row(n_rot / 2, 5, 1.0f);
+            auto want = x;
+            const int64_t half = n_rot / 2;
+            for (int64_t i = 0; i < half; ++i) {
+                const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+                const float x0 = x[a], x1 = x[b];
+                want[a] = std::fma(x0, cs[i], -(x1 * sn[i]));
+                want[b] = std::fma(x0, sn[i], x1 * cs[i]);
+            }
+            rope_rotate(x.data(), cs.data(), sn.data(), n_rot, neox);
+            SCOPED_TRACE(::testing::Message() << "n_rot " << n_rot << (neox ? " neox" : " normal"));
+            EXPECT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(float)));
         }
     }
 }
