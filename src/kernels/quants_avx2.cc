@@ -8,7 +8,6 @@
 // in [-127, 127] (no quantizer makes -128), so a pair sum is at most 2 * 128 * 127 = 32512.
 
 #include <algorithm>
-#include <cmath>
 #include <type_traits>
 
 #include "core/check.h"
@@ -721,16 +720,16 @@ float dot_q4_k_x86(int64_t n, const void* w, const void* a) {
                                                           _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), y[i].qs,
                                                           scales, c));
             if constexpr (kPer64) {
-                acc = std::fma(static_cast<float>(chunk), d, acc);
-                acc_m = std::fma(static_cast<float>(mins[c]), dmin, acc_m);
+                acc = __builtin_fmaf(static_cast<float>(chunk), d, acc);
+                acc_m = __builtin_fmaf(static_cast<float>(mins[c]), dmin, acc_m);
             } else {
                 sum += chunk;
                 sum_m += mins[c];
             }
         }
         if constexpr (!kPer64) {
-            acc = std::fma(static_cast<float>(sum), d, acc);
-            acc_m = std::fma(static_cast<float>(sum_m), dmin, acc_m);
+            acc = __builtin_fmaf(static_cast<float>(sum), d, acc);
+            acc_m = __builtin_fmaf(static_cast<float>(sum_m), dmin, acc_m);
         }
     }
     return acc - acc_m;
@@ -829,7 +828,7 @@ float dot_q6_k_x86_tiled(int64_t n, const void* w, const void* a) {
     float acc = 0;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
         const float r = f16_to_f32(x[i].d) * static_cast<float>(hsum_epi32(q6_k_block_lanes(x[i], y[i])));
-        acc = std::fma(r, y[i].d, acc);
+        acc = __builtin_fmaf(r, y[i].d, acc);
     }
     return acc;
 }
