@@ -323,6 +323,51 @@ struct Wide {
     }
 };
 
+// One block of a group pair, unpacked for every column: scales (and Q4_1's minimums), the 8
+// vectors u and Q8_0's correction.
+template <typename WB>
+struct PairBlock {
+    __m512 dx, mx;
+    __m512i u[8], corr;
+};
+
+template <typename WB>
+__attribute__((always_inline)) inline PairBlock<WB> load_pair_block(const uint8_t* p0, const uint8_t* p1) {
+    PairBlock<WB> k;
+    prefetch_ahead<Fmt<WB>::kBlockBytes>(p0);
+    prefetch_ahead<Fmt<WB>::kBlockBytes>(p1);
+    k.dx = cvt2x8_f16(p0, p1);
+    k.mx = Fmt<WB>::kMin ? cvt2x8_f16(p0 + 16, p1 + 16) : _mm512_setzero_ps();
+    Wide<WB>::unpack(p0, p1, k.u, &k.corr);
+    return k;
+}
+
+// The block's term for one column (its 32 activation bytes at yc, its table entry e): the
+// exact integer sum, then the AVX2 kernels' float step.
+template <typename WB>
+__attribute__((always_inline)) inline __m512 pair_block_term(const PairBlock<WB>& k, const uint8_t* yc,
+                                                             const ColBlock& e) {
+    using F = Fmt<WB>;
+    using W = Wide<WB>;
+    // One chain per column (the columns' chains are independent, so the core overlaps them; a
+    // second chain would cost an add per column).
+    __m512i isum = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j) {
+        if constexpr (W::kQ8) {
+            isum = dpbusd(isum, _mm512_set1_epi32(load_i32(yc + W::kYOff[j])), k.u[j]);
+        } else {
+            isum = dpbusd(isum, k.u[j], _mm512_set1_epi32(load_i32(yc + W::kYOff[j])));
+        }
+    }
+    if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, k.corr);
+    if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e.sum8));
+    const __m512 sf = _mm512_cvtepi32_ps(isum);
+    if constexpr (F::kMin)
+        return _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(k.dx, _mm512_set1_ps(e.dy)), sf),
+                             _mm512_mul_ps(k.mx, _mm512_set1_ps(e.sy)));
+    return _mm512_mul_ps(_mm512_mul_ps(sf, k.dx), _mm512_set1_ps(e.dy));
+}
+
 // One group pair over a chunk of blocks for a compile-time NC columns, the accumulators in
 // registers (16 + the 8 unpacked vectors + a few fit the 32 zmm) where the general loop below
 // loads and stores them per block and column; the same operations per output, so the same
@@ -342,37 +387,12 @@ __attribute__((always_inline)) inline void pair_chunk_regs(const uint8_t* p0, co
     __m512 acc[NC];
     _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(og + c * out_stride);
     for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
-        prefetch_ahead<F::kBlockBytes>(p0);
-        prefetch_ahead<F::kBlockBytes>(p1);
-        const __m512 dx = cvt2x8_f16(p0, p1);
-        [[maybe_unused]] __m512 mx;
-        if constexpr (F::kMin) mx = cvt2x8_f16(p0 + 16, p1 + 16);
-        __m512i u[8], corr;
-        W::unpack(p0, p1, u, &corr);
-        const ColBlock* e = cb + b * NC;
+        const PairBlock<WB> k = load_pair_block<WB>(p0, p1);
         const uint8_t* yq = W::kQ8 ? yu + b * NC * kQK
                                    : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
         const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
         _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) {
-            const uint8_t* yc = yq + c * ystep;
-            __m512i isum = _mm512_setzero_si512();
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j) {
-                if constexpr (W::kQ8) {
-                    isum = dpbusd(isum, _mm512_set1_epi32(load_i32(yc + W::kYOff[j])), u[j]);
-                } else {
-                    isum = dpbusd(isum, u[j], _mm512_set1_epi32(load_i32(yc + W::kYOff[j])));
-                }
-            }
-            if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, corr);
-            if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e[c].sum8));
-            const __m512 sf = _mm512_cvtepi32_ps(isum);
-            __m512 t;
-            if constexpr (F::kMin)
-                t = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(e[c].dy)), sf),
-                                  _mm512_mul_ps(mx, _mm512_set1_ps(e[c].sy)));
-            else
-                t = _mm512_mul_ps(_mm512_mul_ps(sf, dx), _mm512_set1_ps(e[c].dy));
-            acc[c] = _mm512_add_ps(acc[c], t);
+            acc[c] = _mm512_add_ps(acc[c], pair_block_term<WB>(k, yq + c * ystep, cb[b * NC + c]));
         }
     }
     _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) _mm512_storeu_ps(og + c * out_stride, acc[c]);
@@ -431,37 +451,12 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                 const uint8_t* p0 = w + (2 * gp * nb + b0) * F::kBlockBytes;
                 const uint8_t* p1 = p0 + nb * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
-                    prefetch_ahead<F::kBlockBytes>(p0);
-                    prefetch_ahead<F::kBlockBytes>(p1);
-                    const __m512 dx = cvt2x8_f16(p0, p1);
-                    [[maybe_unused]] __m512 mx;
-                    if constexpr (F::kMin) mx = cvt2x8_f16(p0 + 16, p1 + 16);
-                    __m512i u[8], corr;
-                    W::unpack(p0, p1, u, &corr);
-                    const ColBlock* e = cb + b * nc;
+                    const PairBlock<WB> k = load_pair_block<WB>(p0, p1);
                     const uint8_t* yq = W::kQ8 ? yu + b * nc * kQK
                                                : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
                     const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
                     for (int c = 0; c < nc; ++c, yq += ystep) {
-                        // One chain per column (the columns' chains are independent, so the
-                        // core overlaps them; a second chain would cost an add per column).
-                        __m512i isum = _mm512_setzero_si512();
-                        _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j) {
-                            if constexpr (W::kQ8) {
-                                isum = dpbusd(isum, _mm512_set1_epi32(load_i32(yq + W::kYOff[j])), u[j]);
-                            } else {
-                                isum = dpbusd(isum, u[j], _mm512_set1_epi32(load_i32(yq + W::kYOff[j])));
-                            }
-                        }
-                        if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, corr);
-                        if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e[c].sum8));
-                        const __m512 sf = _mm512_cvtepi32_ps(isum);
-                        __m512 t;
-                        if constexpr (F::kMin)
-                            t = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(e[c].dy)), sf),
-                                              _mm512_mul_ps(mx, _mm512_set1_ps(e[c].sy)));
-                        else
-                            t = _mm512_mul_ps(_mm512_mul_ps(sf, dx), _mm512_set1_ps(e[c].dy));
+                        const __m512 t = pair_block_term<WB>(k, yq, cb[b * nc + c]);
                         _mm512_store_ps(acc + 16 * c, _mm512_add_ps(_mm512_load_ps(acc + 16 * c), t));
                     }
                 }
