@@ -14,8 +14,9 @@
 //
 // Order: every output is vec_dot_ref's, bit for bit. Per block the integer sum of products is
 // exact (summed here in any order), then scaled and added in float with the reference's
-// operations in the reference's order, sum += (s * dx) * dy (Q4_1: sum += (dx * dy) * s + m * ys,
-// with the activation block's ys = d * sum(q)). Each of the 8 rows of a group is one float lane,
+// operations in the reference's order: Q4_0 sum = fma(dx * dy, s, sum), Q4_1 sum = fma(dx * dy,
+// s, fma(m, ys, sum)) with the activation block's ys = d * sum(q) (quants_ref.cc's block_add),
+// Q8_0 sum += (s * dx) * dy. Each of the 8 rows of a group is one float lane,
 // so the order cannot depend on how many rows or activation rows a call covers.
 //
 // (Q4_1's gemm_packed8 keeps ggml's order instead, bit-identical to llama.cpp's x86 build:
@@ -106,14 +107,14 @@ inline __m256i bcast4(const int8_t* p) {
     return _mm256_set1_epi32(v);
 }
 
-// The float step of one block for 8 rows: the reference's term for integer sums s (as floats),
-// row scales dx and (Q4_1) minimums mx. Added to the running sum by the caller.
+// The float step of one block for 8 rows: the running sums acc, advanced by the reference's
+// step (quants_ref.cc's block_add) for integer sums s (as floats), row scales dx and (Q4_1)
+// minimums mx.
 template <typename WB>
-inline __m256 block_term(__m256 s, __m256 dx, [[maybe_unused]] __m256 mx, const ColBlock& e) {
-    if constexpr (Fmt<WB>::kMin)
-        return _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(dx, _mm256_set1_ps(e.dy)), s),
-                             _mm256_mul_ps(mx, _mm256_set1_ps(e.sy)));
-    return _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_set1_ps(e.dy));
+inline __m256 block_step(__m256 acc, __m256 s, __m256 dx, [[maybe_unused]] __m256 mx, const ColBlock& e) {
+    if constexpr (Fmt<WB>::kQ8) return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(s, dx), _mm256_set1_ps(e.dy)));
+    if constexpr (Fmt<WB>::kMin) acc = _mm256_fmadd_ps(mx, _mm256_set1_ps(e.sy), acc);
+    return _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(e.dy)), s, acc);
 }
 
 // The minimums of the group's block at p (Q4_1), else unused.
@@ -181,7 +182,7 @@ inline void group_pass(const uint8_t* p, int64_t nb, const typename Fmt<WB>::YB*
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
         const __m256 mx = load_mins<WB>(p);
         _Pragma("GCC unroll 4") for (int c = 0; c < NC; ++c)
-            acc[c] = _mm256_add_ps(acc[c], block_term<WB>(_mm256_cvtepi32_ps(isum[c]), dx, mx, cb[c]));
+            acc[c] = block_step<WB>(acc[c], _mm256_cvtepi32_ps(isum[c]), dx, mx, cb[c]);
     }
 }
 
@@ -260,8 +261,8 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                             p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[l], bcast4(yq + 16 + 4 * l)));
                         }
                         const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(e[c].sum8));
-                        const __m256 t = block_term<WB>(_mm256_cvtepi32_ps(isum), dx, mx, e[c]);
-                        _mm256_store_ps(acc + 8 * c, _mm256_add_ps(_mm256_load_ps(acc + 8 * c), t));
+                        _mm256_store_ps(acc + 8 * c, block_step<WB>(_mm256_load_ps(acc + 8 * c),
+                                                                    _mm256_cvtepi32_ps(isum), dx, mx, e[c]));
                     }
                 }
                 for (int c = 0; c < nc; ++c) _mm256_storeu_ps(og + c * out_stride, _mm256_load_ps(acc + 8 * c));
@@ -282,8 +283,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
 //  - Q8_0: vpdpbusd multiplies unsigned by signed bytes, so the activations are the unsigned
 //    ones, y + 128 (y ^ 0x80, built once per chunk of columns and blocks), and the signed
 //    weights the other operand; 128 * sum(w) per row, shared by every column, is subtracted.
-// The float step is the AVX2 kernels' ((s * dx) * dy added to the running sum), so each output
-// keeps vec_dot_ref's bits.
+// The float step is the AVX2 kernels' (block_step), so each output keeps vec_dot_ref's bits.
 constexpr int64_t kChunkBlocks512 = 16;  // Q8_0's shifted activations: 16 * 64 * 32 B = 32 KiB
 // From 3 columns on (one and two columns keep columns_pass: decode streams the weights once,
 // and the 8-row passes with prefetch were faster there: `ferrox bench -np 2` 615-627 through
@@ -342,10 +342,10 @@ __attribute__((always_inline)) inline PairBlock<WB> load_pair_block(const uint8_
     return k;
 }
 
-// The block's term for one column (its 32 activation bytes at yc, its table entry e): the
-// exact integer sum, then the AVX2 kernels' float step.
+// One column's running sums acc (its 32 activation bytes at yc, its table entry e) advanced
+// by the block: the exact integer sum, then the AVX2 kernels' float step.
 template <typename WB>
-__attribute__((always_inline)) inline __m512 pair_block_term(const PairBlock<WB>& k, const uint8_t* yc,
+__attribute__((always_inline)) inline __m512 pair_block_step(__m512 acc, const PairBlock<WB>& k, const uint8_t* yc,
                                                              const ColBlock& e) {
     using F = Fmt<WB>;
     using W = Wide<WB>;
@@ -362,10 +362,9 @@ __attribute__((always_inline)) inline __m512 pair_block_term(const PairBlock<WB>
     if constexpr (W::kQ8) isum = _mm512_sub_epi32(isum, k.corr);
     if constexpr (F::kSum) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(e.sum8));
     const __m512 sf = _mm512_cvtepi32_ps(isum);
-    if constexpr (F::kMin)
-        return _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(k.dx, _mm512_set1_ps(e.dy)), sf),
-                             _mm512_mul_ps(k.mx, _mm512_set1_ps(e.sy)));
-    return _mm512_mul_ps(_mm512_mul_ps(sf, k.dx), _mm512_set1_ps(e.dy));
+    if constexpr (W::kQ8) return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(sf, k.dx), _mm512_set1_ps(e.dy)));
+    if constexpr (F::kMin) acc = _mm512_fmadd_ps(k.mx, _mm512_set1_ps(e.sy), acc);
+    return _mm512_fmadd_ps(_mm512_mul_ps(k.dx, _mm512_set1_ps(e.dy)), sf, acc);
 }
 
 // One group pair over a chunk of blocks for a compile-time NC columns, the accumulators in
@@ -392,7 +391,7 @@ __attribute__((always_inline)) inline void pair_chunk_regs(const uint8_t* p0, co
                                    : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
         const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
         _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) {
-            acc[c] = _mm512_add_ps(acc[c], pair_block_term<WB>(k, yq + c * ystep, cb[b * NC + c]));
+            acc[c] = pair_block_step<WB>(acc[c], k, yq + c * ystep, cb[b * NC + c]);
         }
     }
     _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) _mm512_storeu_ps(og + c * out_stride, acc[c]);
@@ -456,8 +455,7 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                                                : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
                     const int64_t ystep = W::kQ8 ? kQK : a_row_bytes;
                     for (int c = 0; c < nc; ++c, yq += ystep) {
-                        const __m512 t = pair_block_term<WB>(k, yq, cb[b * nc + c]);
-                        _mm512_store_ps(acc + 16 * c, _mm512_add_ps(_mm512_load_ps(acc + 16 * c), t));
+                        _mm512_store_ps(acc + 16 * c, pair_block_step<WB>(_mm512_load_ps(acc + 16 * c), k, yq, cb[b * nc + c]));
                     }
                 }
                 for (int c = 0; c < nc; ++c) _mm512_storeu_ps(og + c * out_stride, _mm512_load_ps(acc + 16 * c));

@@ -262,6 +262,17 @@ void quant_q8_1(const float* x, void* dst, int64_t n) {
     }
 }
 
+// The float step of Q4_0's, Q4_1's and Q5_1's dot products, the order every kernel of theirs
+// keeps outside ModelOptions::ggml_order: per block, the exact integer sum s scaled by dx * dy
+// in one fused multiply-add onto the running sum (Q4_1 and Q5_1 first fuse their offset m * ys
+// into it). Fused because the batched kernels are bound by this step's instructions: two fused
+// operations per block and column instead of three products and two sums made `ferrox bench
+// -np 16` 8-12 % and pp512 5-7 % faster on the Q4_1 default model (AVX-512). Q5_0 and Q8_0 keep
+// (s * dx) * dy added: their kernels gain one instruction in 13, and with the fused step
+// Gemma 3's default-order agreement with llama.cpp measured lower (4 of 10 greedy prompts
+// instead of 6, logits cosine 0.9987 instead of 0.9991).
+inline float block_add(float dxdy, int s, float sum) { return std::fma(dxdy, static_cast<float>(s), sum); }
+
 float dot_q4_0(int64_t n, const void* w, const void* a) {
     const auto* x = static_cast<const BlockQ4_0*>(w);
     const auto* y = static_cast<const BlockQ8_0*>(a);
@@ -272,7 +283,7 @@ float dot_q4_0(int64_t n, const void* w, const void* a) {
             s += ((x[i].qs[j] & 15) - 8) * y[i].qs[j];
             s += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
         }
-        sum += static_cast<float>(s) * h2f(x[i].d) * h2f(y[i].d);
+        sum = block_add(h2f(x[i].d) * h2f(y[i].d), s, sum);
     }
     return sum;
 }
@@ -287,7 +298,7 @@ float dot_q4_1(int64_t n, const void* w, const void* a) {
             s += (x[i].qs[j] & 15) * y[i].qs[j];
             s += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
         }
-        sum += h2f(x[i].d) * h2f(y[i].d) * static_cast<float>(s) + h2f(x[i].m) * h2f(y[i].s);
+        sum = block_add(h2f(x[i].d) * h2f(y[i].d), s, std::fma(h2f(x[i].m), h2f(y[i].s), sum));
     }
     return sum;
 }
@@ -315,7 +326,7 @@ float dot_q5_1(int64_t n, const void* w, const void* a) {
         std::memcpy(&qh, x[i].qh, 4);
         int s = 0;
         for (int j = 0; j < kQK; ++j) s += q5_value(x[i].qs, qh, j) * y[i].qs[j];
-        sum += h2f(x[i].d) * h2f(y[i].d) * static_cast<float>(s) + h2f(x[i].m) * h2f(y[i].s);
+        sum = block_add(h2f(x[i].d) * h2f(y[i].d), s, std::fma(h2f(x[i].m), h2f(y[i].s), sum));
     }
     return sum;
 }
