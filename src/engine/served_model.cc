@@ -85,6 +85,7 @@ Expected<std::shared_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Engin
         info.arch = hp.arch;
         info.n_embd = hp.n_embd;
         info.n_layer = hp.n_layer;
+        info.n_threads = lm.model->n_threads();
     }
     const EngineOptions& eo = engine->options();
     info.kv_type = kv_type_name(eo.kv_type);

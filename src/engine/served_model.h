@@ -44,6 +44,7 @@ struct ModelInfo {
     // The engine's settings, for /props and /metrics.
     std::string kv_type;
     int kv_block_size = 0, kv_blocks = 0, n_parallel = 0;
+    int n_threads = 0;          // the forward pass's threads (0: a model without a pool of its own)
     int64_t kv_bytes = 0;
     bool prefix_cache = true;
     int64_t weight_bytes = 0;   // the checkpoint's size (its weights' memory, near enough)
