@@ -89,6 +89,66 @@ void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int st
     }
 }
 
+// Prompt dots (AttnF16Kernels::dots_prefill_group), head size 64: two queries per register,
+// four pairs at a time (pp2048 on the default model, with the padded score rows: 833 -> 847-895).
+// The AVX2 kernel keeps one 8-lane accumulator per query over the elements 8s + lane; here
+// queries 2i and 2i + 1 share a 16-lane register, their elements 8s..8s + 7 side by side (laid
+// out once per call), against the cache row's 8 elements converted into both halves, so each
+// multiply-add serves two dots with each lane's operations unchanged. The reduction is the AVX2
+// one on both halves at once: lanes (l, l + 4) added, then (t0 + t2) + (t1 + t3) (an addition's
+// operands swapped give the same bits).
+void dots_prefill_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                               float* out, int out_stride) {
+    constexpr int kMaxHeads = 32;  // kAttnQueries
+    if (n != 64 || n_q > kMaxHeads) {
+        attn_f16_kernels_avx2()->dots_prefill_group(q, n_q, k, stride, count, n, scale, out, out_stride);
+        return;
+    }
+    const int n_pairs = (n_q + 1) / 2;
+    alignas(64) float qp[kMaxHeads / 2][8][16];  // [pair][s]: (query 2i elements 8s.. | query 2i + 1's)
+    for (int i = 0; i < n_pairs; ++i) {
+        for (int s = 0; s < 8; ++s) {
+            const __m256 lo = _mm256_loadu_ps(q + (2 * i) * 64 + 8 * s);
+            const __m256 hi = 2 * i + 1 < n_q ? _mm256_loadu_ps(q + (2 * i + 1) * 64 + 8 * s) : _mm256_setzero_ps();
+            _mm512_store_ps(qp[i][s], _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+        }
+    }
+    const __m512 vscale = _mm512_set1_ps(scale);
+    // The dots of pair i for cache row ks: each query's one multiply-add chain, then the
+    // reduction, stored.
+    const auto finish = [&](__m512 a, int i, int j) {
+        // Per half: t = lanes (l, l + 4) added (the 128-bit quarters swapped), then
+        // (t0 + t2) + (t1 + t3); the dots land in lanes 0 and 8.
+        const __m512 t = _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(2, 3, 0, 1)));
+        const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+        const __m512 r = _mm512_mul_ps(_mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1))), vscale);
+        out[static_cast<size_t>(2 * i) * out_stride + j] = _mm512_cvtss_f32(r);
+        if (2 * i + 1 < n_q) out[static_cast<size_t>(2 * i + 1) * out_stride + j] = _mm_cvtss_f32(_mm512_extractf32x4_ps(r, 2));
+    };
+    for (int j = 0; j < count; ++j) {
+        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
+        __m512 ks[8];
+        _Pragma("GCC unroll 8") for (int s = 0; s < 8; ++s) {
+            const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + 8 * s));
+            ks[s] = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h));  // elements 8s.. in both halves
+        }
+        int i = 0;
+        for (; i + 4 <= n_pairs; i += 4) {  // four independent chains in flight
+            __m512 a[4];
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(ks[0], _mm512_load_ps(qp[i + c][0]), _mm512_setzero_ps());
+            _Pragma("GCC unroll 8") for (int s = 1; s < 8; ++s) {
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(ks[s], _mm512_load_ps(qp[i + c][s]), a[c]);
+            }
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; ++c) finish(a[c], i + c, j);
+        }
+        for (; i < n_pairs; ++i) {
+            __m512 a = _mm512_fmadd_ps(ks[0], _mm512_load_ps(qp[i][0]), _mm512_setzero_ps());
+            _Pragma("GCC unroll 8") for (int s = 1; s < 8; ++s) a = _mm512_fmadd_ps(ks[s], _mm512_load_ps(qp[i][s]), a);
+            finish(a, i, j);
+        }
+    }
+}
+
 // See AttnF16Kernels::accumulate_rows_group and accumulate_rows_group_avx2: per head and
 // partial row, its 64 floats stay in four registers over the row's positions.
 void accumulate_rows_group_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
@@ -125,6 +185,7 @@ const AttnF16Kernels* attn_f16_kernels_avx512() {
     static const AttnF16Kernels k = [] {
         AttnF16Kernels t = *attn_f16_kernels_avx2();
         t.dots_decode_group = dots_decode_group_avx512;
+        t.dots_prefill_group = dots_prefill_group_avx512;
         t.accumulate_rows_group = accumulate_rows_group_avx512;
         return t;
     }();

@@ -50,7 +50,11 @@ struct Model::Scratch {
     std::vector<float> up;     // (n_tok, n_ff)
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
-    std::vector<float> scores; // (n_threads, kAttnQueries, max_ctx) attention scores
+    std::vector<float> scores; // (n_threads, kAttnQueries, score_stride) attention scores
+    // A query's scores row: max_ctx floats, padded so that rows are not a multiple of 4 KiB
+    // apart. With the unpadded 4096-position rows every query's score of one cache row fell in
+    // the same L1 set (the prompt dots store one score per query per row: 32 queries, 12 ways).
+    int64_t score_stride = 0;
     std::vector<float> attn_acc;  // (n_threads, kAccRowsPerThread, head_dim) P·V scratch per thread
     std::vector<float> attn_q;    // (n_threads, kAttnQueries, head_dim) queries rounded to F16
     std::vector<const uint16_t*> attn_rows;  // (n_threads, max_ctx) a decode item's V rows
@@ -273,7 +277,8 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
     // activation format, plus each row's padding (act_row_stride) and alignment.
     s->act.resize(kMaxMatJobs * (T * (widest * 4 + 128) + 64));
-    s->scores.resize(static_cast<size_t>(n_threads) * kAttnQueries * std::max(1, opts.max_ctx));
+    s->score_stride = (std::max(1, opts.max_ctx) + 15) / 16 * 16 + 16;
+    s->scores.resize(static_cast<size_t>(n_threads) * kAttnQueries * s->score_stride);
     s->attn_q.resize(static_cast<size_t>(n_threads) * kAttnQueries * hp.head_dim);
     s->attn_rows.resize(static_cast<size_t>(n_threads) * std::max(1, opts.max_ctx));
     s->attn_acc.resize(static_cast<size_t>(n_threads) * kAccRowsPerThread * hp.head_dim);
@@ -711,7 +716,8 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const bool decode_only = n_decode == static_cast<int>(batch.seqs.size());
     if (decode_only) s.attn_ranges->reset(static_cast<int64_t>(items.size()));
     pool_->run([&](int i_thread, int n_threads) {
-        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * opts_.max_ctx;
+        const int64_t ss = s.score_stride;
+        float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * ss;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
         float* qh = s.attn_q.data() + static_cast<size_t>(i_thread) * kAttnQueries * hd;
         const uint16_t** vrows = s.attn_rows.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
@@ -741,7 +747,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             if (sq.n_tokens < 2) {
                 // Decode: ne tokens of one sequence (in position order), it.nh heads of one KV
                 // head; query (entry e, head g) is number e * nh + g, its scores at
-                // scores + (e * nh + g) * max_ctx, its 32 partial P·V rows at acc + (e * nh + g) * 32 * hd.
+                // scores + (e * nh + g) * score_stride, its 32 partial P·V rows at acc + (e * nh + g) * 32 * hd.
                 const int ne = std::max(1, it.ne), nh = it.nh, nq = ne * nh;
                 const int* ents = it.ne > 0 ? s.attn_entries.data() + it.e0 : &it.t0;
                 const int last_all = s.pos[ents[ne - 1]] + 1;
@@ -765,13 +771,13 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
                     fk.dots_decode_group(qh, nq, krow, stride, std::min(bs, last_all - p), hd, scale, scores + p,
-                                         opts_.max_ctx);
+                                         static_cast<int>(ss));
                 }
                 for (int e = 0; e < ne; ++e) {
                     const int own_last = s.pos[ents[e]] + 1;
                     const int first_kv = window_begin(own_last - 1);
                     for (int g = 0; g < nh; ++g) {
-                        float* sc = scores + static_cast<size_t>(e * nh + g) * opts_.max_ctx;
+                        float* sc = scores + static_cast<size_t>(e * nh + g) * ss;
                         window_softmax(sc, first_kv, own_last, cap);
                         std::fill(sc + p_begin, sc + first_kv, 0.0f);
                         std::fill(sc + own_last, sc + last_all, 0.0f);
@@ -784,7 +790,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     for (int j = 0; j < std::min(bs, last_all - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
                 }
                 for (int p0 = p_begin; p0 < last_all; p0 += kDecodeVChunk) {
-                    fk.accumulate_rows_group(scores + p0, opts_.max_ctx, nq, vrows + (p0 - p_begin),
+                    fk.accumulate_rows_group(scores + p0, static_cast<int>(ss), nq, vrows + (p0 - p_begin),
                                              std::min(kDecodeVChunk, last_all - p0), p0, kDecodeRows, acc, acc_stride, hd);
                 }
                 for (int e = 0; e < ne; ++e) {
@@ -796,7 +802,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 continue;
             }
             // Prompt: query (token i, head g) is number i * nh + g, its scores at
-            // scores + (i * nh + g) * max_ctx and its 8 partial P·V rows at acc + (i * nh + g) * 8 * hd.
+            // scores + (i * nh + g) * score_stride and its 8 partial P·V rows at acc + (i * nh + g) * 8 * hd.
             const int nh = it.nh, nq = it.nt * nh;
             for (int i = 0; i < it.nt; ++i) {
                 const float* q = s.q.data() + static_cast<size_t>(it.t0 + i) * hp.q_dim() + it.h0 * hd;
@@ -809,13 +815,13 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const auto* krow =
                     reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
                 fk.dots_prefill_group(qh, nq, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
-                                      opts_.max_ctx);
+                                      static_cast<int>(ss));
             }
             for (int i = 0; i < it.nt; ++i) {
                 const int pos = s.pos[it.t0 + i];
                 const int first_kv = window_begin(pos);
                 for (int g = 0; g < nh; ++g) {
-                    float* sc = scores + static_cast<size_t>(i * nh + g) * opts_.max_ctx;
+                    float* sc = scores + static_cast<size_t>(i * nh + g) * ss;
                     window_softmax(sc, first_kv, pos + 1, cap);
                     std::fill(sc + v_begin, sc + first_kv, 0.0f);
                 }
@@ -839,7 +845,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     if (mi <= 0) continue;
                     for (int g = 0; g < nh; ++g) {
                         const int k = i * nh + g;
-                        fk.accumulate_t(scores + static_cast<size_t>(k) * opts_.max_ctx + p0, vt, kVChunk, mi,
+                        fk.accumulate_t(scores + static_cast<size_t>(k) * ss + p0, vt, kVChunk, mi,
                                         acc + static_cast<size_t>(k) * kPrefillRows * hd, hd);
                     }
                 }

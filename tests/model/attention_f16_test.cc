@@ -23,7 +23,7 @@ void check_group_dots(const AttnF16Kernels& fk, const char* name, bool decode) {
     const auto group = decode ? fk.dots_decode_group : fk.dots_prefill_group;
     const auto one = decode ? fk.dot_decode : fk.dot_prefill;
     for (int n : {64, 32, 128}) {
-        for (int n_q : {1, 3, 8}) {
+        for (int n_q : {1, 3, 8, 32, 33}) {  // 32: the AVX-512 kernels' most; 33 falls back
             const int count = 37, stride = n * 4 + 8;  // rows interleaved with other heads' data
             std::vector<uint16_t> k(static_cast<size_t>(count) * stride);
             for (uint16_t& v : k) v = fp32_to_fp16(nd(rng));
