@@ -1,6 +1,6 @@
 // Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
 // (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The two kernels of decode attention,
-// the grouped dots and P·V, with 16-lane registers and each lane's operations exactly those of
+// the grouped dots and P·V, and the prompt dots, with 16-lane registers and each lane's operations exactly those of
 // the AVX2 kernels (attention_f16_avx2.cc), so every head keeps its bits; the other entries of
 // the table are the AVX2 ones.
 //
@@ -11,7 +11,7 @@
 // The dots of 8 rows of one head are then reduced together: the pairs (l, l + 4) of every
 // x, then (t0 + t1) and (t2 + t3), then their sum, each dot in the AVX2 order
 // ((t0 + t1) + (t2 + t3)), 8 results per vector instead of a horizontal add chain per dot.
-// P·V: a 64-float partial row is four registers instead of eight.
+// P·V: a 64-float partial row is four registers instead of eight. Prompt dots: below.
 #include <immintrin.h>
 
 #include <algorithm>
