@@ -472,12 +472,16 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
     // back of the others' shares, so a core the machine slowed down for a while does not hold
     // the other at the barrier. Who computes a tile changes none of its bits.
     constexpr int64_t kPackedTile = 64;
+    // A batch of 3+ tokens goes through the many-column kernels, whose call builds its
+    // columns' per-block tables: tiles twice as long amortize that (`ferrox bench -np 16`
+    // +2-3 %; 4x as long lost the balance of the few-tile matrices).
+    const int64_t steal_tile = n_tok >= 3 ? 2 * kPackedTile : kPackedTile;
     constexpr int kPackedTokChunk = 64;
     bool steal = n_tok <= kPackedTokChunk && pool_->n_threads() > 1;
     int64_t unit_begin[kMaxMatJobs + 1] = {0};
     for (int j = 0; j < n_jobs; ++j) {
         steal = steal && jobs[j].w->packed8;
-        unit_begin[j + 1] = unit_begin[j] + (jobs[j].w->ne[1] + kPackedTile - 1) / kPackedTile;
+        unit_begin[j + 1] = unit_begin[j] + (jobs[j].w->ne[1] + steal_tile - 1) / steal_tile;
     }
     if (steal) {
         s_->tiles->reset(unit_begin[n_jobs]);
@@ -487,9 +491,9 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
                 while (u >= unit_begin[j + 1]) ++j;
                 const TensorView& w = *jobs[j].w;
                 const Slot& sl = slots[slot_of[j]];
-                const int64_t r = (u - unit_begin[j]) * kPackedTile;
+                const int64_t r = (u - unit_begin[j]) * steal_tile;
                 packed_gemm(quant_kernels(w.type))(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
-                                                   std::min(kPackedTile, w.ne[1] - r), sl.data, sl.row_bytes, n_tok,
+                                                   std::min(steal_tile, w.ne[1] - r), sl.data, sl.row_bytes, n_tok,
                                                    jobs[j].y + r, w.ne[1]);
             }
         });
