@@ -472,9 +472,10 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
     // back of the others' shares, so a core the machine slowed down for a while does not hold
     // the other at the barrier. Who computes a tile changes none of its bits.
     constexpr int64_t kPackedTile = 64;
-    // A batch of 3+ tokens goes through the many-column kernels, whose call builds its
-    // columns' per-block tables: tiles twice as long amortize that (`ferrox bench -np 16`
-    // +2-3 %; 4x as long lost the balance of the few-tile matrices).
+    // A batch of 3+ tokens goes through the many-column kernels: tiles twice as long measured
+    // faster (`ferrox bench -np 16` +5 %, -np 8 +4 %; 4x as long lost the balance of the
+    // few-tile matrices). Not for the per-call column tables: building those once per matmul
+    // instead gained nothing; longer weight runs per call, it seems.
     const int64_t steal_tile = n_tok >= 3 ? 2 * kPackedTile : kPackedTile;
     constexpr int kPackedTokChunk = 64;
     bool steal = n_tok <= kPackedTokChunk && pool_->n_threads() > 1;
