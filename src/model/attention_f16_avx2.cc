@@ -127,12 +127,9 @@ void accumulate_t_avx2(const float* p, const float* vt, int ld, int count, float
         return;
     }
     alignas(32) float pr[kMaxChunk + 8];
-    int j = 0;
-    for (; j + 8 <= count; j += 8) {
-        _mm256_store_ps(pr + j, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(p + j), _MM_FROUND_TO_NEAREST_INT)));
-    }
-    const int full = j, rem = count - full;
-    for (; j < full + 8; ++j) pr[j] = j < count ? round_f16(p[j]) : 0.0f;
+    round_f16_row_avx2(p, pr, count);
+    const int full = count / 8 * 8, rem = count - full;
+    for (int j = count; j < full + 8; ++j) pr[j] = 0.0f;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 keep_new = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(rem), lane));
     for (int d = 0; d < n; d += 8) {
