@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/quants.h"
 #include "tensor/fp16.h"
@@ -75,10 +76,12 @@ void round_f16_row_scalar(const float* x, float* y, int n) {
     for (int i = 0; i < n; ++i) y[i] = round_f16(x[i]);
 }
 
-void transpose_rows_scalar(const uint16_t* const* rows, int count, int n, float* vt, int ld) {
+void gather_vt_scalar(const uint16_t* const* cols, int dstride, int count, int n, float* vt, int ld) {
     const int padded = std::min(ld, (count + 7) / 8 * 8);
     for (int d = 0; d < n; ++d) {
-        for (int j = 0; j < padded; ++j) vt[static_cast<size_t>(d) * ld + j] = j < count ? fp16_to_fp32(rows[j][d]) : 0.0f;
+        for (int j = 0; j < padded; ++j) {
+            vt[static_cast<size_t>(d) * ld + j] = j < count ? fp16_to_fp32(cols[j][static_cast<size_t>(d) * dstride]) : 0.0f;
+        }
     }
 }
 
@@ -90,6 +93,22 @@ void reduce_prefill_t_scalar(const float* acc_t, float* out, int n) {
 }
 
 }  // namespace
+
+void attn_pv_decode_t_generic(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                              int p_end, float* const* out, int n) {
+    std::vector<float> acc(static_cast<size_t>(32) * n);
+    for (int g = 0; g < n_q; ++g) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        const float* w = p + static_cast<size_t>(g) * p_stride;
+        for (int i = p_begin; i < p_end; ++i) {
+            const uint16_t* col = blocks[(i - p_begin) / bs] + attn_v_offset(bs, n, i % bs, 0);
+            const int t = attn_v_tile(bs);
+            float* a = acc.data() + static_cast<size_t>(i % 32) * n;
+            for (int d = 0; d < n; ++d) a[d] = std::fma(fp16_to_fp32(col[static_cast<size_t>(d) * t]), w[i], a[d]);
+        }
+        reduce_decode_scalar(acc.data(), out[g], n);
+    }
+}
 
 // attention_f16_avx2.cc, attention_f16_avx512.cc
 const AttnF16Kernels* attn_f16_kernels_avx2();
@@ -106,13 +125,15 @@ const AttnF16Kernels& attn_f16_kernels_scalar() {
                                   attn_dots_run<dot_decode_scalar, dot_prefill_scalar>,
                                   attn_accumulate_run<accumulate_scalar, round_f16>,
                                   attn_accumulate_t<round_f16>,
-                                  transpose_rows_scalar,
+                                  gather_vt_scalar,
                                   reduce_prefill_t_scalar,
                                   attn_dots_prefill_group<dot_prefill_scalar>,
                                   attn_dots_decode_group<dot_decode_scalar>,
-                                  attn_accumulate_rows_group<accumulate_scalar, round_f16>};
+                                  attn_pv_decode_t_generic};
     return k;
 }
+
+const AttnF16Kernels* attn_f16_kernels_avx2_if_supported() { return cpu_has_avx2() ? attn_f16_kernels_avx2() : nullptr; }
 
 const AttnF16Kernels& attn_f16_kernels() {
     static const AttnF16Kernels* k = [] {

@@ -11,12 +11,27 @@
 //
 // Q·K sums over head dimensions; P·V sums over positions, which the cache stores as rows, so
 // P·V keeps R (32 or 8) partial rows acc[r][d] += p[i] * v[i][d] for i ≡ r and reduces them
-// per dimension in the same order. Chosen once (AVX2+F16C or scalar) at first use.
+// per dimension in the same order (the V cache is transposed per block, so decode P·V is a
+// dot product over positions like llama.cpp's over its transposed V). Chosen once (AVX2+F16C or scalar) at first use.
 
 #include <cstddef>
 #include <cstdint>
 
 namespace ferrox {
+
+// The F16 cache's V layout within one block of bs positions (one KV head, hd elements per
+// position): transposed in tiles of T consecutive slots, each tile hd rows of T elements, so
+// that one dimension of 8 consecutive positions is one 16-byte load (decode P·V reads V along
+// positions, as ggml's product over llama.cpp's transposed V does). T = bs when bs % 8 == 0
+// (the whole block transposed: a dimension's slots are one run; tiles of 16 slots, which halve
+// the lines a position's write touches, read from memory a third slower in the P·V kernel's
+// order), else the largest power of two that divides bs.
+constexpr int attn_v_tile(int bs) { return bs % 8 == 0 ? bs : bs % 4 == 0 ? 4 : bs % 2 == 0 ? 2 : 1; }
+// Element d of slot j (in elements from the head's start in the block).
+constexpr size_t attn_v_offset(int bs, int hd, int j, int d) {
+    const int t = attn_v_tile(bs);
+    return static_cast<size_t>(j / t) * t * hd + static_cast<size_t>(d) * t + j % t;
+}
 
 struct AttnF16Kernels {
     // q·k, k an F16 row, q floats already rounded to F16 precision; n % 8 == 0.
@@ -46,9 +61,10 @@ struct AttnF16Kernels {
     // its order, so the sums are the same bits. One weight vector then serves 8 dimensions, and no
     // weight is broadcast per multiply-add.
     void (*accumulate_t)(const float* p, const float* vt, int ld, int count, float* acc_t, int n);
-    // vt[d * ld + j] = rows[j][d] as a float, for j < count <= ld and d < n; columns count.. up to
-    // the next multiple of 8 are zero.
-    void (*transpose_rows)(const uint16_t* const* rows, int count, int n, float* vt, int ld);
+    // vt[d * ld + j] = cols[j][d * dstride] as a float, for j < count <= ld and d < n; columns
+    // count.. up to the next multiple of 8 are zero. (In the V cache's tiles a position's element
+    // d is dstride = attn_v_tile(block_size) elements after its element d - 1.)
+    void (*gather_vt)(const uint16_t* const* cols, int dstride, int count, int n, float* vt, int ld);
     // out[d] = reduce_prefill's sum of the 8 partial rows, from acc_t's layout.
     void (*reduce_prefill_t)(const float* acc_t, float* out, int n);
     // The prefill dots of n_q query heads that share one KV head (grouped-query attention):
@@ -58,16 +74,19 @@ struct AttnF16Kernels {
                                float scale, float* out, int out_stride);
     // Decode, grouped-query: the n_q heads of one KV head for one token. Each cache row is
     // converted once for all of them, and every head gets exactly the one-head functions' bits:
-    //   dots_decode_group: out[g * out_stride + j] = dot_decode(q + g * n, row j) * scale;
-    //   accumulate_rows_group: for each head g, accumulate_run's multiply-adds of its weights
-    //   p + g * p_stride into its partial rows acc + g * acc_stride, position p0 + j (row rows[j],
-    //   anywhere in the cache) going to partial row (p0 + j) % n_rows, in the same order per
-    //   partial row; so a partial row can stay in registers over all its positions instead of
-    //   being loaded and stored per position.
+    // out[g * out_stride + j] = dot_decode(q + g * n, row j) * scale.
     void (*dots_decode_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
                               float scale, float* out, int out_stride);
-    void (*accumulate_rows_group)(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
-                                  int p0, int n_rows, float* acc, int acc_stride, int n);
+    // Decode P·V of n_q heads over one KV head's V, in tiles (attn_v_offset): position i's
+    // element d is at blocks[(i - p_begin) / bs][attn_v_offset(bs, n, i % bs, d)] (p_begin a
+    // multiple of bs). Head g's weights are p[g * p_stride + i], i in [p_begin, p_end), already rounded to
+    // F16 precision; its output out[g][0..n) is, per dimension, 32 partial sums (position i goes
+    // to partial row i % 32, fma(V, weight, row) from +0 in increasing i: accumulate's operations)
+    // reduced in reduce_decode's order. That is ggml's decode-order dot product over positions
+    // of a V cache stored transposed, as llama.cpp stores it; one converted slice of V serves
+    // every head of the group.
+    void (*pv_decode_t)(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                        int p_end, float* const* out, int n);
 };
 
 template <float (*DotPrefill)(const float*, const uint16_t*, int)>
@@ -84,19 +103,6 @@ void attn_dots_decode_group(const float* q, int n_q, const uint16_t* k, int stri
     for (int g = 0; g < n_q; ++g)
         for (int j = 0; j < count; ++j)
             out[g * out_stride + j] = DotDecode(q + g * n, k + static_cast<size_t>(j) * stride, n) * scale;
-}
-
-template <void (*Accumulate)(float, const uint16_t*, float*, int), float (*Round)(float)>
-void attn_accumulate_rows_group(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count, int p0,
-                                int n_rows, float* acc, int acc_stride, int n) {
-    for (int g = 0; g < n_q; ++g) {
-        int r = p0 % n_rows;
-        for (int j = 0; j < count; ++j) {
-            Accumulate(Round(p[g * p_stride + j]), rows[j], acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n,
-                       n);
-            if (++r == n_rows) r = 0;
-        }
-    }
 }
 
 const AttnF16Kernels& attn_f16_kernels();
@@ -136,5 +142,10 @@ void attn_accumulate_t(const float* p, const float* vt, int ld, int count, float
     }
 }
 const AttnF16Kernels& attn_f16_kernels_scalar();
+// pv_decode_t for any block size and head size (scalar, std::fma: the same bits).
+void attn_pv_decode_t_generic(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                              int p_end, float* const* out, int n);
+// The AVX2 table (nullptr without AVX2, FMA and F16C), for tests on AVX-512 machines.
+const AttnF16Kernels* attn_f16_kernels_avx2_if_supported();
 
 }  // namespace ferrox

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "model/attention_f16.h"
+#include "model/attention_f16_pv_x86.h"
 
 namespace ferrox {
 
@@ -160,39 +161,8 @@ void accumulate_t_avx2(const float* p, const float* vt, int ld, int count, float
     }
 }
 
-// 8x8 blocks: 8 rows' 8 elements converted, transposed in registers, stored as 8 columns.
-void transpose_rows_avx2(const uint16_t* const* rows, int count, int n, float* vt, int ld) {
-    if (n % 8 != 0 || (count + 7) / 8 * 8 > ld) {
-        for (int d = 0; d < n; ++d) {
-            for (int j = 0; j < std::min(ld, (count + 7) / 8 * 8); ++j) {
-                vt[static_cast<size_t>(d) * ld + j] = j < count ? f16_scalar(rows[j][d]) : 0.0f;
-            }
-        }
-        return;
-    }
-    for (int j = 0; j < count; j += 8) {
-        for (int d = 0; d < n; d += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; ++i) r[i] = j + i < count ? load_f16(rows[j + i] + d) : _mm256_setzero_ps();
-            const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-            const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-            const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-            const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-            float* o = vt + static_cast<size_t>(d) * ld + j;
-            _mm256_storeu_ps(o + 0 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(o + 1 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(o + 2 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(o + 3 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(o + 4 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(o + 5 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(o + 6 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(o + 7 * static_cast<size_t>(ld), _mm256_permute2f128_ps(u3, u7, 0x31));
-        }
-    }
+void gather_vt_avx2(const uint16_t* const* cols, int dstride, int count, int n, float* vt, int ld) {
+    attn_x86::gather_vt(cols, dstride, count, n, vt, ld);
 }
 
 // Per dimension, the 8 partial rows are one vector: the prefill pairing (l0 + l4, l1 + l5, ...),
@@ -262,39 +232,11 @@ void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stri
     }
 }
 
-// See AttnF16Kernels::accumulate_rows_group. Head size 64: per head and partial row, the row's
-// 8 vectors stay in registers over its positions j, j + n_rows, ... (in increasing order, as
-// accumulate_run adds them), each a converted V row times its rounded weight.
-void accumulate_rows_group_avx2(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count, int p0,
-                                int n_rows, float* acc, int acc_stride, int n) {
-    if (n != 64) {
-        attn_accumulate_rows_group<accumulate_avx2, round_f16>(p, p_stride, n_q, rows, count, p0, n_rows, acc,
-                                                               acc_stride, n);
-        return;
-    }
-    for (int g = 0; g < n_q; ++g) {
-        const float* pg = p + static_cast<size_t>(g) * p_stride;
-        for (int j0 = 0; j0 < std::min(count, n_rows); ++j0) {
-            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>((p0 + j0) % n_rows) * 64;
-            __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8), a2 = _mm256_loadu_ps(a + 16);
-            __m256 a3 = _mm256_loadu_ps(a + 24), a4 = _mm256_loadu_ps(a + 32), a5 = _mm256_loadu_ps(a + 40);
-            __m256 a6 = _mm256_loadu_ps(a + 48), a7 = _mm256_loadu_ps(a + 56);
-            for (int j = j0; j < count; j += n_rows) {
-                const uint16_t* v = rows[j];
-                const __m256 pv = _mm256_set1_ps(round_f16(pg[j]));
-                a0 = _mm256_fmadd_ps(load_f16(v), pv, a0);
-                a1 = _mm256_fmadd_ps(load_f16(v + 8), pv, a1);
-                a2 = _mm256_fmadd_ps(load_f16(v + 16), pv, a2);
-                a3 = _mm256_fmadd_ps(load_f16(v + 24), pv, a3);
-                a4 = _mm256_fmadd_ps(load_f16(v + 32), pv, a4);
-                a5 = _mm256_fmadd_ps(load_f16(v + 40), pv, a5);
-                a6 = _mm256_fmadd_ps(load_f16(v + 48), pv, a6);
-                a7 = _mm256_fmadd_ps(load_f16(v + 56), pv, a7);
-            }
-            _mm256_storeu_ps(a, a0); _mm256_storeu_ps(a + 8, a1); _mm256_storeu_ps(a + 16, a2);
-            _mm256_storeu_ps(a + 24, a3); _mm256_storeu_ps(a + 32, a4); _mm256_storeu_ps(a + 40, a5);
-            _mm256_storeu_ps(a + 48, a6); _mm256_storeu_ps(a + 56, a7);
-        }
+// See attention_f16_pv_x86.h: three heads and one dimension per pass (12 accumulators).
+void pv_decode_t_avx2(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                      int p_end, float* const* out, int n) {
+    if (!attn_x86::pv_decode_t<3, 1>(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) {
+        attn_pv_decode_t_generic(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n);
     }
 }
 
@@ -311,11 +253,11 @@ const AttnF16Kernels* attn_f16_kernels_avx2() {
                                   attn_dots_run<dot_decode_avx2, dot_prefill_avx2>,
                                   attn_accumulate_run<accumulate_avx2, round_f16>,
                                   accumulate_t_avx2,
-                                  transpose_rows_avx2,
+                                  gather_vt_avx2,
                                   reduce_prefill_t_avx2,
                                   dots_prefill_group_avx2,
                                   dots_decode_group_avx2,
-                                  accumulate_rows_group_avx2};
+                                  pv_decode_t_avx2};
     return &k;
 }
 

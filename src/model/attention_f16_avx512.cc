@@ -1,6 +1,6 @@
 // Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
-// (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The two kernels of decode attention,
-// the grouped dots and P·V, and the prompt dots, with 16-lane registers and each lane's operations exactly those of
+// (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The grouped decode dots and the prompt
+// dots with 16-lane registers and each lane's operations exactly those of
 // the AVX2 kernels (attention_f16_avx2.cc), so every head keeps its bits; the other entries of
 // the table are the AVX2 ones.
 //
@@ -11,12 +11,13 @@
 // The dots of 8 rows of one head are then reduced together: the pairs (l, l + 4) of every
 // x, then (t0 + t1) and (t2 + t3), then their sum, each dot in the AVX2 order
 // ((t0 + t1) + (t2 + t3)), 8 results per vector instead of a horizontal add chain per dot.
-// P·V: a 64-float partial row is four registers instead of eight. Prompt dots: below.
+// Decode P·V: attention_f16_pv_x86.h with AVX-512VL's 32 registers. Prompt dots: below.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "model/attention_f16.h"
+#include "model/attention_f16_pv_x86.h"
 
 namespace ferrox {
 
@@ -46,19 +47,7 @@ inline float reduce_one(__m256 x) {
     return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
 
-// reduce_one of x[0..7], as one vector in order.
-inline __m256 reduce_eight(const __m256* x) {
-    __m256 t[4];
-    for (int i = 0; i < 4; ++i) {
-        const __m256 lo = _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20);  // (x lanes 0-3 | y lanes 0-3)
-        const __m256 hi = _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31);  // (x lanes 4-7 | y lanes 4-7)
-        t[i] = _mm256_add_ps(lo, hi);  // (t of x | t of y)
-    }
-    // Per 128-bit half: (t0 + t1, t2 + t3) of two dots, then their sums: r0 r2 r4 r6 | r1 r3 r5 r7.
-    const __m256 h0 = _mm256_hadd_ps(t[0], t[1]), h1 = _mm256_hadd_ps(t[2], t[3]);
-    const __m256 r = _mm256_hadd_ps(h0, h1);
-    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
+using attn_x86::reduce_eight;
 
 void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
                               float* out, int out_stride) {
@@ -149,33 +138,11 @@ void dots_prefill_group_avx512(const float* q, int n_q, const uint16_t* k, int s
     }
 }
 
-// See AttnF16Kernels::accumulate_rows_group and accumulate_rows_group_avx2: per head and
-// partial row, its 64 floats stay in four registers over the row's positions.
-void accumulate_rows_group_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* rows, int count,
-                                  int p0, int n_rows, float* acc, int acc_stride, int n) {
-    if (n != 64) {
-        attn_f16_kernels_avx2()->accumulate_rows_group(p, p_stride, n_q, rows, count, p0, n_rows, acc, acc_stride, n);
-        return;
-    }
-    for (int g = 0; g < n_q; ++g) {
-        const float* pg = p + static_cast<size_t>(g) * p_stride;
-        for (int j0 = 0; j0 < std::min(count, n_rows); ++j0) {
-            float* a = acc + static_cast<size_t>(g) * acc_stride + static_cast<size_t>((p0 + j0) % n_rows) * 64;
-            __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16), a2 = _mm512_loadu_ps(a + 32),
-                   a3 = _mm512_loadu_ps(a + 48);
-            for (int j = j0; j < count; j += n_rows) {
-                const uint16_t* v = rows[j];
-                const __m512 pv = _mm512_set1_ps(round_f16(pg[j]));
-                a0 = _mm512_fmadd_ps(load16_f16(v), pv, a0);
-                a1 = _mm512_fmadd_ps(load16_f16(v + 16), pv, a1);
-                a2 = _mm512_fmadd_ps(load16_f16(v + 32), pv, a2);
-                a3 = _mm512_fmadd_ps(load16_f16(v + 48), pv, a3);
-            }
-            _mm512_storeu_ps(a, a0);
-            _mm512_storeu_ps(a + 16, a1);
-            _mm512_storeu_ps(a + 32, a2);
-            _mm512_storeu_ps(a + 48, a3);
-        }
+// See attention_f16_pv_x86.h: three heads and two dimensions per pass (24 of the 32 registers).
+void pv_decode_t_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                        int p_end, float* const* out, int n) {
+    if (!attn_x86::pv_decode_t<3, 2>(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) {
+        attn_pv_decode_t_generic(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n);
     }
 }
 
@@ -186,7 +153,7 @@ const AttnF16Kernels* attn_f16_kernels_avx512() {
         AttnF16Kernels t = *attn_f16_kernels_avx2();
         t.dots_decode_group = dots_decode_group_avx512;
         t.dots_prefill_group = dots_prefill_group_avx512;
-        t.accumulate_rows_group = accumulate_rows_group_avx512;
+        t.pv_decode_t = pv_decode_t_avx512;
         return t;
     }();
     return &k;

@@ -61,6 +61,12 @@ struct Model::Scratch {
     std::vector<AttnItem> attn_items;  // Model::attention's work items
     std::vector<int32_t> attn_entries;  // decode items' tokens, by sequence and position
     std::vector<std::array<int64_t, 3>> attn_order;  // (block table, position, token) of decode tokens
+    bool attn_decode_only = false;  // every sequence of the batch decodes one token
+    // (n_tok) 1: the token's V is written into the F16 cache by its decode attention item (the
+    // only one that reads it this layer), after the item's dots asked for the lines of that
+    // block: the transposed V puts a position's values on one line per dimension, and written
+    // with the other rows of the step those stores waited on memory (~5 % of a 4-stream step).
+    std::vector<uint8_t> v_late;
     std::vector<int32_t> pos;  // (n_tok) position of each token
     std::vector<int32_t> seq;  // (n_tok) index into Batch::seqs of each token
     // (n_tok) each token's index in its sequence's run of the batch, and that run's length
@@ -117,26 +123,24 @@ void dequantize_packed_q8_0_row(const TensorView& t, int64_t row, float* y) {
 }
 
 constexpr int kMaxHeadDim = 512;
-constexpr int kDecodeRows = 32;  // partial P·V rows of the decode order (attention_f16.h)
-// Decode P·V runs over chunks of this many positions: the chunk's V rows stay in L1 for all the
-// heads and partial rows (each partial row stored and loaded back between chunks, the same
-// bits). 16 streams x 2048 positions (`ferrox bench -np 16 -d 2048`): 158-162 -> 172-180 t/s.
-constexpr int kDecodeVChunk = 128;
 constexpr int kPrefillRows = 8;
 // A prompt's attention items (Model::attention): up to kAttnQueries (token, head) queries, of
 // at most kAttnHeads heads; per thread the queries' 8 partial P·V rows, then a chunk of kVChunk
-// cache rows transposed into floats.
+// cache positions' V converted into floats.
 constexpr int kAttnHeads = 8;
 constexpr int kAttnQueries = 32;
 constexpr int kVChunk = 64;
-constexpr int kAccRowsPerThread = std::max(kDecodeRows * kAttnQueries, kAttnQueries * kPrefillRows) + kVChunk;
-// A decode item of kAttnHeads heads: their partial rows and scores fit the per-thread scratch.
-static_assert(kAttnHeads * kDecodeRows <= kAccRowsPerThread && kAttnHeads <= kAttnQueries);
+constexpr int kAccRowsPerThread = kAttnQueries * kPrefillRows + kVChunk;
+static_assert(kAttnHeads <= kAttnQueries);
 
-// The F16 cache's K (or V) rows of one KV head in one block and layer: the slab holds the
-// heads one after another, each its block_size positions of head_dim elements, so an attention
-// item, which reads one KV head, reads one contiguous run per block (the Q8_0 cache keeps a
-// position's heads together in one row, as its blocks of 32 elements need).
+// The F16 cache's K (or V) of one KV head in one block and layer: the slab holds the heads one
+// after another, each block_size * head_dim elements, so an attention item, which reads one KV
+// head, reads one contiguous run per block. K is position-major (block_size rows of head_dim),
+// V transposed (attention_f16.h's attn_v_offset: head_dim rows of block_size slots), so that
+// decode P·V is a dot product over positions, as over llama.cpp's transposed V, with 8
+// positions per load.
+// (The Q8_0 cache keeps a position's heads together in one row, as its blocks of 32
+// elements need.)
 inline uint8_t* kv_head_rows(KvPool& kv, bool v, int32_t block, int il, int kvh, int bs, int hd) {
     uint8_t* slab = v ? kv.v_rows(block, il) : kv.k_rows(block, il);
     return slab + static_cast<size_t>(kvh) * bs * hd * sizeof(uint16_t);
@@ -621,43 +625,34 @@ Status Model::check_kv_type(KvType type) const {
     return Status::ok();
 }
 
-// Causal attention of every batch token over its own sequence's cached positions.
-// Gemma 2 soft-caps each query's scores (attn_softcap) between the dots and the softmax.
-//
-// Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the sums run
-// in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
-// chunk of two or more the prefill order, as llama.cpp does.
-//
-// Work items: a decode token's query heads that share a KV head (or one head each, when that
-// leaves too few items), or a sequence's one-token entries (its token and the draft tokens a
-// speculative step verifies) with the heads of one KV head; a prompt chunk's query heads that
-// share a KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries
-// queries. Such an item reads each cache row once for all its tokens and heads: the K row is
-// converted once for every dot; decode P·V keeps each query's 32 partial rows in registers over
-// a chunk of positions, prompt P·V transposes the V rows into floats a chunk at a time for
-// every (token, head) to accumulate from. Each (token, head) still gets its own dots, softmax
-// and P·V in its own order, so the bits do not depend on the items. Decode items are dealt in
-// contiguous shares with stealing; prompt items in turn (a causal prompt's later tokens attend
-// to more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
-void Model::attention(const Batch& batch, KvPool& kv, int il) {
-    if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
+// Token t's V of KV head h into the F16 cache, transposed (attn_v_offset: element d at d * tile
+// from the slot's first).
+void Model::write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h) {
     const ModelHParams& hp = hp_;
-    const int hd = hp.head_dim;
-    const int group = hp.n_head / hp.n_head_kv;
-    const int bs = kv.geometry().block_size;
-    const float scale = hp.kq_scale;
-    const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
-    const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
-    const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
-    // F16 cache slabs are head-major (see kv_head_rows): one KV head's rows of a block are
-    // consecutive, hd elements apart.
-    const int stride = hd;
+    const int bs = kv.geometry().block_size;
+    const int p = s.pos[t];
+    const int32_t blk = batch.seqs[s.seq[t]].block_table[p / bs];
+    uint16_t vh[kMaxHeadDim];
+    attn_f16_kernels().to_f16(s.v.data() + static_cast<size_t>(t) * hp.kv_dim() + h * hp.head_dim, vh, hp.head_dim);
+    uint16_t* vt = reinterpret_cast<uint16_t*>(kv_head_rows(kv, true, blk, il, h, bs, hp.head_dim)) +
+                   attn_v_offset(bs, hp.head_dim, p % bs, 0);
+    const int tile = attn_v_tile(bs);
+    for (int d = 0; d < hp.head_dim; ++d) vt[static_cast<size_t>(d) * tile] = vh[d];
+}
+
+// The attention work items of a batch (the same for every layer); see Model::attention. Also
+// decides which tokens' V the attention items write (Scratch::v_late).
+void Model::plan_attention(const Batch& batch) {
+    const ModelHParams& hp = hp_;
+    const int group = hp.n_head / hp.n_head_kv;
+    Scratch& s = *s_;
     const int heads_at_once = std::min(group, kAttnHeads);
     const int tokens_at_once = kAttnQueries / heads_at_once;
 
     std::vector<Scratch::AttnItem>& items = s.attn_items;
     items.clear();
+    s.v_late.assign(batch.tokens.size(), 0);
     // Decode items are a token's heads that share a KV head (each cache row converted once for
     // them) when that still leaves a few items per thread, else one head each; the heads get
     // the same bits either way. The one-token entries of one sequence (a token and the draft
@@ -696,6 +691,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
         const int len = static_cast<int>(end - i);
         if (len == 1) {
             const int t = static_cast<int>(order[i][2]);
+            s.v_late[t] = decode_heads == group ? 1 : 0;  // one item per KV head reads this V
             for (int h = 0; h < hp.n_head; h += decode_heads) {
                 items.push_back({t, 1, h, std::min(decode_heads, hp.n_head - h)});
             }
@@ -706,7 +702,11 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             for (int c = 0; c < n_chunks; ++c) {
                 const int e0 = static_cast<int>(s.attn_entries.size());
                 const int b = len * c / n_chunks, e = len * (c + 1) / n_chunks;
-                for (int k = b; k < e; ++k) s.attn_entries.push_back(static_cast<int32_t>(order[i + k][2]));
+                for (int k = b; k < e; ++k) {
+                    s.attn_entries.push_back(static_cast<int32_t>(order[i + k][2]));
+                    // One item per KV head reads all of the sequence's entries' V.
+                    s.v_late[order[i + k][2]] = n_chunks == 1 && heads_at_once == group ? 1 : 0;
+                }
                 for (int h = 0; h < hp.n_head; h += group) {
                     for (int g0 = 0; g0 < group; g0 += heads_at_once) {
                         items.push_back({static_cast<int>(order[i + b][2]), 1, h + g0, std::min(heads_at_once, group - g0),
@@ -718,14 +718,50 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
         i = end;
     }
 
-    const bool decode_only = n_decode == static_cast<int>(batch.seqs.size());
+    s.attn_decode_only = n_decode == static_cast<int>(batch.seqs.size());
+}
+
+// Causal attention of every batch token over its own sequence's cached positions.
+// Gemma 2 soft-caps each query's scores (attn_softcap) between the dots and the softmax.
+//
+// Q and the softmax weights are rounded to F16 before they meet the F16 cache, and the sums run
+// in ggml's orders (attention_f16.h): a sequence advancing by one token uses the decode order, a
+// chunk of two or more the prefill order, as llama.cpp does.
+//
+// Work items: a decode token's query heads that share a KV head (or one head each, when that
+// leaves too few items), or a sequence's one-token entries (its token and the draft tokens a
+// speculative step verifies) with the heads of one KV head; a prompt chunk's query heads that
+// share a KV head (at most kAttnHeads at once), with as many of its tokens as make kAttnQueries
+// queries. Such an item reads each cache row once for all its tokens and heads: the K row is
+// converted once for every dot; decode P·V converts each slice of the transposed V once for all
+// the item's queries, prompt P·V converts the V of a chunk of positions into floats for
+// every (token, head) to accumulate from. Each (token, head) still gets its own dots, softmax
+// and P·V in its own order, so the bits do not depend on the items. Decode items are dealt in
+// contiguous shares with stealing; prompt items in turn (a causal prompt's later tokens attend
+// to more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
+void Model::attention(const Batch& batch, KvPool& kv, int il) {
+    if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
+    const ModelHParams& hp = hp_;
+    const int hd = hp.head_dim;
+    const int group = hp.n_head / hp.n_head_kv;
+    const int bs = kv.geometry().block_size;
+    const float scale = hp.kq_scale;
+    const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
+    const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
+    const AttnF16Kernels& fk = attn_f16_kernels();
+    Scratch& s = *s_;
+    // F16 cache slabs are head-major (see kv_head_rows): one KV head's rows of a block are
+    // consecutive, hd elements apart.
+    const int stride = hd;
+    const std::vector<Scratch::AttnItem>& items = s.attn_items;
+    const bool decode_only = s.attn_decode_only;
     if (decode_only) s.attn_ranges->reset(static_cast<int64_t>(items.size()));
     pool_->run([&](int i_thread, int n_threads) {
         const int64_t ss = s.score_stride;
         float* scores = s.scores.data() + static_cast<size_t>(i_thread) * kAttnQueries * ss;
         float* acc = s.attn_acc.data() + static_cast<size_t>(i_thread) * kAccRowsPerThread * hd;
         float* qh = s.attn_q.data() + static_cast<size_t>(i_thread) * kAttnQueries * hd;
-        const uint16_t** vrows = s.attn_rows.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
+        const uint16_t** vblocks = s.attn_rows.data() + static_cast<size_t>(i_thread) * opts_.max_ctx;
         // Decode steps: each thread takes a contiguous share of the items, so a sequence's KV
         // heads (adjacent in the cache rows) mostly go to one core one after another, then
         // steals the rest of the others' shares for balance (+12 % at 16 streams of 512 tokens
@@ -752,18 +788,21 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             if (sq.n_tokens < 2) {
                 // Decode: ne tokens of one sequence (in position order), it.nh heads of one KV
                 // head; query (entry e, head g) is number e * nh + g, its scores at
-                // scores + (e * nh + g) * score_stride, its 32 partial P·V rows at acc + (e * nh + g) * 32 * hd.
+                // scores + (e * nh + g) * score_stride.
                 const int ne = std::max(1, it.ne), nh = it.nh, nq = ne * nh;
                 const int* ents = it.ne > 0 ? s.attn_entries.data() + it.e0 : &it.t0;
                 const int last_all = s.pos[ents[ne - 1]] + 1;
                 const int p_begin = window_begin(s.pos[ents[0]]) / bs * bs;
-                const int acc_stride = kDecodeRows * hd;
                 // The cache rows were last read a step ago and are rarely still in cache: each
-                // block's K rows are asked for a block ahead, the V rows during the last dots.
+                // block's K rows are asked for a block ahead, its V during its dots (P·V reads V
+                // one dimension pair at a time, a line per tile: from memory that would be a
+                // strided walk).
+                const int v_tile = attn_v_tile(bs);
                 const auto ahead = [&](bool v, int p) {  // the block at position p, if any
                     if (p >= last_all) return;
                     const uint8_t* b = kv_head_rows(kv, v, sq.block_table[p / bs], il, kvh, bs, hd);
-                    prefetch_rows(b, hd * sizeof(uint16_t), std::min(bs, last_all - p), hd * sizeof(uint16_t));
+                    const int n = std::min(bs, last_all - p);
+                    prefetch_rows(b, hd * sizeof(uint16_t), v ? (n + v_tile - 1) / v_tile * v_tile : n, hd * sizeof(uint16_t));
                 };
                 ahead(false, p_begin);
                 for (int e = 0; e < ne; ++e) {
@@ -772,7 +811,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
                 for (int p = p_begin; p < last_all; p += bs) {
                     ahead(false, p + bs);
-                    if (p + 2 * bs >= last_all) ahead(true, p_begin);
+                    ahead(true, p);
                     const auto* krow =
                         reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
                     fk.dots_decode_group(qh, nq, krow, stride, std::min(bs, last_all - p), hd, scale, scores + p,
@@ -788,22 +827,24 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                         std::fill(sc + own_last, sc + last_all, 0.0f);
                     }
                 }
-                std::fill(acc, acc + static_cast<size_t>(nq) * acc_stride, 0.0f);
+                // P·V over the transposed V blocks, the weights rounded to F16 once (as ggml
+                // converts them for its F16 product).
+                for (int e = 0; e < ne; ++e) {
+                    if (s.v_late[ents[e]]) write_v_f16(kv, batch, il, ents[e], kvh);
+                }
                 for (int p = p_begin; p < last_all; p += bs) {
-                    const auto* vrow =
+                    vblocks[(p - p_begin) / bs] =
                         reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd));
-                    for (int j = 0; j < std::min(bs, last_all - p); ++j) vrows[p - p_begin + j] = vrow + j * stride;
                 }
-                for (int p0 = p_begin; p0 < last_all; p0 += kDecodeVChunk) {
-                    fk.accumulate_rows_group(scores + p0, static_cast<int>(ss), nq, vrows + (p0 - p_begin),
-                                             std::min(kDecodeVChunk, last_all - p0), p0, kDecodeRows, acc, acc_stride, hd);
-                }
+                float* outs[kAttnQueries];
                 for (int e = 0; e < ne; ++e) {
                     for (int g = 0; g < nh; ++g) {
-                        fk.reduce_decode(acc + static_cast<size_t>(e * nh + g) * acc_stride,
-                                         s.att.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + (it.h0 + g) * hd, hd);
+                        float* sc = scores + static_cast<size_t>(e * nh + g) * ss;
+                        fk.round_f16_row(sc + p_begin, sc + p_begin, last_all - p_begin);
+                        outs[e * nh + g] = s.att.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + (it.h0 + g) * hd;
                     }
                 }
+                fk.pv_decode_t(scores, static_cast<int>(ss), nq, vblocks, bs, p_begin, last_all, outs, hd);
                 continue;
             }
             // Prompt: query (token i, head g) is number i * nh + g, its scores at
@@ -832,19 +873,19 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
             }
             // P·V a chunk of kVChunk positions at a time (a multiple of 8, so position p goes to
-            // partial row p % 8 in every chunk): the chunk's V rows are transposed into floats
+            // partial row p % 8 in every chunk): the chunk's V (transposed in the cache) is converted into floats
             // once, then every query accumulates its 8 partial rows from them.
             std::fill(acc, acc + static_cast<size_t>(nq) * kPrefillRows * hd, 0.0f);
             float* vt = acc + static_cast<size_t>(kAttnQueries) * kPrefillRows * hd;
-            const uint16_t* rows[kVChunk];
+            const uint16_t* cols[kVChunk];
             for (int p0 = v_begin; p0 < last_kv; p0 += kVChunk) {
                 const int m = std::min(kVChunk, last_kv - p0);
                 for (int j = 0; j < m; ++j) {
                     const int p = p0 + j;
-                    rows[j] = reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd)) +
-                              (p % bs) * hd;
+                    cols[j] = reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd)) +
+                              attn_v_offset(bs, hd, p % bs, 0);
                 }
-                fk.transpose_rows(rows, m, hd, vt, kVChunk);
+                fk.gather_vt(cols, attn_v_tile(bs), m, hd, vt, kVChunk);
                 for (int i = 0; i < it.nt; ++i) {
                     const int mi = std::min(m, s.pos[it.t0 + i] + 1 - p0);
                     if (mi <= 0) continue;
@@ -991,6 +1032,12 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         return internal_error("the KV pool was made for another model");
     }
     const int E = hp.n_embd;
+    const bool kv_f16 = kv.geometry().type == KvType::kF16;
+    if (kv_f16) {
+        plan_attention(batch);
+    } else {
+        s.v_late.assign(n_tok, 0);
+    }
     for (int il = 0; il < hp.n_layer; ++il) {
         const LayerWeights& L = layers_[il];
         const bool local = hp.is_swa(il);
@@ -1039,9 +1086,7 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                         fk.to_f16(k + h * hp.head_dim,
                                   reinterpret_cast<uint16_t*>(kv_head_rows(kv, false, blk, il, h, bs, hp.head_dim)) + at,
                                   hp.head_dim);
-                        fk.to_f16(v + h * hp.head_dim,
-                                  reinterpret_cast<uint16_t*>(kv_head_rows(kv, true, blk, il, h, bs, hp.head_dim)) + at,
-                                  hp.head_dim);
+                        if (!s.v_late[t]) write_v_f16(kv, batch, il, t, h);
                     }
                 } else {  // per head: the same blocks of 32 as the whole row's (head_dim % 32 == 0)
                     const size_t head_bytes = static_cast<size_t>(hp.head_dim) / 32 * 34;

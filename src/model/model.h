@@ -148,6 +148,8 @@ private:
     using GemmPacked = void (*)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                                 int64_t n_cols, float* out, int64_t out_stride);
     GemmPacked packed_gemm(const QuantKernels& k) const;
+    void plan_attention(const Batch& batch);
+    void write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h);
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);
     void place_weights(const GgufFile& f, bool repack, bool copy);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -55,41 +56,63 @@ TEST(AttentionF16, GroupedPrefillDotsAreTheOneQueryDots) {
     check_group_dots(attn_f16_kernels(), "selected", false);
 }
 
-// The grouped decode P·V gives every head accumulate's multiply-adds in accumulate_run's order
-// per partial row: from a start position that is not a multiple of the rows (so the rows
-// wrap), through a row pointer per position (here in reverse memory order), over more
-// positions than partial rows, so some rows get two.
-void check_group_accumulate(const AttnF16Kernels& fk, const char* name) {
+// Decode P·V over the transposed V blocks gives every head accumulate's multiply-adds per
+// partial row (position i to row i % 32, in increasing i) and reduce_decode's sum: for block
+// sizes that are and are not multiples of 8 and 32, a start at a block that is not a multiple
+// of 32, ends inside a vector and inside a block (the slots past the end and the weights past
+// it hold NaN, which must not reach the sums), head sizes with and without the register path,
+// and head counts around the kernels' groups of 3.
+void check_pv_decode_t(const AttnF16Kernels& fk, const char* name) {
+    const AttnF16Kernels& ref = attn_f16_kernels_scalar();
     std::mt19937 rng(13);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-    // 5 and 8 heads: the AVX-512 kernel's groups of 4 heads and a remainder; 130 positions: past
-    // its 128-position buffer (it hands the call to the AVX2 kernel).
-    for (int n : {64, 32, 128}) {
-        for (auto [n_q, count] : {std::pair{1, 37}, {3, 37}, {5, 37}, {8, 37}, {3, 130}, {3, 16}}) {
-            const int stride = n * 4 + 8, rows = 32, p0 = 21, p_stride = count + 5;
-            std::vector<uint16_t> v(static_cast<size_t>(count) * stride);
-            for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
-            std::vector<const uint16_t*> ptrs(count);
-            for (int j = 0; j < count; ++j) ptrs[j] = v.data() + static_cast<size_t>(count - 1 - j) * stride;
-            // Weights per head at p + g * p_stride; partial rows per head at acc + g * acc_stride.
-            std::vector<float> p(static_cast<size_t>(n_q) * p_stride);
-            for (float& x : p) x = ud(rng);
-            const int acc_stride = rows * n + 16;
-            std::vector<float> want(static_cast<size_t>(n_q) * acc_stride);
-            for (float& x : want) x = nd(rng);
-            std::vector<float> got = want;
-            fk.accumulate_rows_group(p.data(), p_stride, n_q, ptrs.data(), count, p0, rows, got.data(), acc_stride, n);
-            for (int g = 0; g < n_q; ++g) {
-                int r = p0 % rows;
-                for (int j = 0; j < count; ++j) {
-                    fk.accumulate(fp16_to_fp32(fp32_to_fp16(p[g * p_stride + j])), ptrs[j],
-                                  want.data() + static_cast<size_t>(g) * acc_stride + static_cast<size_t>(r) * n, n);
-                    if (++r == rows) r = 0;
+    const uint16_t kNanF16 = 0x7e00;
+    for (int n : {64, 32, 128, 40, 36}) {
+        for (int bs : {32, 16, 8, 64, 4, 12}) {
+            for (auto [n_q, p_begin_blocks, p_end] :
+                 {std::tuple{1, 0, 37}, {3, 0, 37}, {3, 1, 130}, {2, 0, 5}, {4, 2, 200}, {5, 0, 64}, {8, 1, 71}, {3, 0, 1}}) {
+                const int p_begin = p_begin_blocks * bs;
+                if (p_begin >= p_end) continue;
+                const int n_blocks = (p_end - p_begin + bs - 1) / bs;
+                // Blocks in reverse memory order, V in the cache's tiles; unwritten slots NaN.
+                std::vector<uint16_t> mem(static_cast<size_t>(n_blocks) * bs * n + 8, kNanF16);
+                std::vector<const uint16_t*> blocks(n_blocks);
+                for (int b = 0; b < n_blocks; ++b) blocks[b] = mem.data() + static_cast<size_t>(n_blocks - 1 - b) * bs * n;
+                std::vector<uint16_t> rows(static_cast<size_t>(p_end) * n);  // the same values, position-major
+                for (int i = p_begin; i < p_end; ++i) {
+                    for (int d = 0; d < n; ++d) {
+                        const uint16_t h = fp32_to_fp16(nd(rng));
+                        rows[static_cast<size_t>(i) * n + d] = h;
+                        const_cast<uint16_t*>(blocks[(i - p_begin) / bs])[attn_v_offset(bs, n, i % bs, d)] = h;
+                    }
+                }
+                const int p_stride = p_end + 11;
+                std::vector<float> p(static_cast<size_t>(n_q) * p_stride, std::nanf(""));
+                for (int g = 0; g < n_q; ++g) {
+                    for (int i = p_begin; i < p_end; ++i) {
+                        // Rounded to F16 as the caller does; some zero (outside a window).
+                        p[static_cast<size_t>(g) * p_stride + i] = i % 7 == 3 ? 0.0f : fp16_to_fp32(fp32_to_fp16(ud(rng)));
+                    }
+                }
+                const int out_stride = n + 3;
+                std::vector<float> got(static_cast<size_t>(n_q) * out_stride, -7.0f);
+                std::vector<float*> outs(n_q);
+                for (int g = 0; g < n_q; ++g) outs[g] = got.data() + static_cast<size_t>(g) * out_stride;
+                fk.pv_decode_t(p.data(), p_stride, n_q, blocks.data(), bs, p_begin, p_end, outs.data(), n);
+                for (int g = 0; g < n_q; ++g) {
+                    std::vector<float> acc(static_cast<size_t>(32) * n, 0.0f), want(n);
+                    for (int i = p_begin; i < p_end; ++i) {
+                        ref.accumulate(p[static_cast<size_t>(g) * p_stride + i], rows.data() + static_cast<size_t>(i) * n,
+                                       acc.data() + static_cast<size_t>(i % 32) * n, n);
+                    }
+                    ref.reduce_decode(acc.data(), want.data(), n);
+                    ASSERT_EQ(std::memcmp(outs[g], want.data(), n * sizeof(float)), 0)
+                        << name << " n " << n << " bs " << bs << " heads " << n_q << " [" << p_begin << ", " << p_end
+                        << ") head " << g << ": " << outs[g][0] << " vs " << want[0];
+                    ASSERT_EQ(outs[g][n], -7.0f) << name << ": wrote past the head";
                 }
             }
-            ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
-                << name << " accumulate by row pointers, n " << n << " heads " << n_q;
         }
     }
 }
@@ -97,13 +120,17 @@ void check_group_accumulate(const AttnF16Kernels& fk, const char* name) {
 TEST(AttentionF16, GroupedDecodeKernelsAreTheOneHeadOnes) {
     check_group_dots(attn_f16_kernels_scalar(), "scalar", true);
     check_group_dots(attn_f16_kernels(), "selected", true);
-    check_group_accumulate(attn_f16_kernels_scalar(), "scalar");
-    check_group_accumulate(attn_f16_kernels(), "selected");
+    check_pv_decode_t(attn_f16_kernels_scalar(), "scalar");
+    check_pv_decode_t(attn_f16_kernels(), "selected");
+    if (const AttnF16Kernels* avx2 = attn_f16_kernels_avx2_if_supported()) {
+        check_group_dots(*avx2, "avx2", true);
+        check_pv_decode_t(*avx2, "avx2");
+    }
 }
 
-// The transposed P·V of a prompt chunk (the chunk starts at a multiple of 8) and its reduction
-// give the bits of accumulate_run and reduce_prefill, including a last partial group of 8
-// whose transposed columns past the count hold garbage.
+// The V of a prompt chunk gathered from the transposed cache blocks into floats, its P·V (the
+// chunk starts at a multiple of 8) and its reduction give the bits of accumulate_run and
+// reduce_prefill, including a last partial group of 8 whose columns past the count hold garbage.
 void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -117,8 +144,20 @@ void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
                 for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
                 std::vector<const uint16_t*> rows(count);
                 for (int j = 0; j < count; ++j) rows[j] = v.data() + static_cast<size_t>(j) * stride;
+                // The same values in the cache's V tiles (attn_v_offset) of blocks of bs slots, the
+                // chunk starting at slot `off` of its first block: runs of 8 in one tile and runs
+                // that cross a tile, a block, or have tiles of 4 (bs = 12).
+                const int bs = p0 == 64 ? 12 : 16, off = p0 == 128 ? 3 : 0;
+                const int n_blocks = (off + count + bs - 1) / bs;
+                std::vector<uint16_t> tmem(static_cast<size_t>(n_blocks) * bs * n + 8, 0x7e00);
+                std::vector<const uint16_t*> cols(count);
+                for (int j = 0; j < count; ++j) {
+                    uint16_t* col = tmem.data() + static_cast<size_t>((off + j) / bs) * bs * n + attn_v_offset(bs, n, (off + j) % bs, 0);
+                    for (int d = 0; d < n; ++d) col[static_cast<size_t>(d) * attn_v_tile(bs)] = rows[j][d];
+                    cols[j] = col;
+                }
                 std::vector<float> vt(static_cast<size_t>(n) * kLd, std::nanf(""));
-                fk.transpose_rows(rows.data(), count, n, vt.data(), kLd);
+                fk.gather_vt(cols.data(), attn_v_tile(bs), count, n, vt.data(), kLd);
                 for (int d = 0; d < n; ++d) {
                     for (int j = 0; j < (count + 7) / 8 * 8; ++j) {
                         const float want = j < count ? fp16_to_fp32(rows[j][d]) : 0.0f;
@@ -152,6 +191,7 @@ void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
 TEST(AttentionF16, TransposedPrefillAccumulateIsAccumulateRun) {
     check_accumulate_t(attn_f16_kernels_scalar(), "scalar");
     check_accumulate_t(attn_f16_kernels(), "selected");
+    if (const AttnF16Kernels* avx2 = attn_f16_kernels_avx2_if_supported()) check_accumulate_t(*avx2, "avx2");
 }
 
 // The AVX2 and scalar tables follow the same orders, so they agree bit for bit.
