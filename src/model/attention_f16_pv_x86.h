@@ -127,7 +127,12 @@ void pv_some_heads(int ng, const float* const* w, const uint16_t* const* vp, int
     if constexpr (kG > 1) {
         if (ng < kG) return pv_some_heads<kG - 1, kDD>(ng, w, vp, k0, n_full, rem, ds, out, n);
     }
-    pv_heads<kG, kDD>(w, vp, k0, n_full, rem, ds, out, n);
+    if constexpr (kG == 1) {
+        // One head: the registers of the others take more dimensions (fewer weight loads).
+        pv_heads<1, 2 * kDD>(w, vp, k0, n_full, rem, ds, out, n);
+    } else {
+        pv_heads<kG, kDD>(w, vp, k0, n_full, rem, ds, out, n);
+    }
 }
 
 // AttnF16Kernels::pv_decode_t, kG heads at a time; false (nothing done) unless the V tiles are
