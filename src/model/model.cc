@@ -415,25 +415,11 @@ void for_token_ranges(ThreadPool& pool, int n_tok, F&& f) {
 }
 }  // namespace
 
-// Several products y_j (n_tok, n_out_j) = x_j (n_tok, n_in_j) · W_j^T in one parallel region
-// (one barrier, not one per matrix: on a busy machine every barrier may wait for a
-// descheduled thread). Each distinct (input, activation type) is quantized once, on this
-// thread for a few tokens and in parallel for long prompts; then threads split every
-// matrix's rows, each thread walking 16-row tiles for every token so a tile is read from
-// memory once per call.
-void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens) {
+// Each distinct (input, activation type) of a call to matmuls: its quantized rows' place in the
+// activation scratch.
+Model::ActSlots Model::act_slots(const MatJob* jobs, int n_jobs, int n_tok) const {
     CHECK(n_jobs >= 1 && n_jobs <= kMaxMatJobs);
-    struct Slot {
-        const float* x;
-        DType act_type;
-        int64_t n_in;
-        int64_t row_bytes;
-        uint8_t* data;
-        void (*quantize)(const float* src, void* dst, int64_t n);  // rows -> act_type
-    };
-    Slot slots[kMaxMatJobs];
-    int slot_of[kMaxMatJobs];
-    int n_slots = 0;
+    ActSlots a;
     uint8_t* free_space = s_->act.data();
     for (int j = 0; j < n_jobs; ++j) {
         const QuantKernels& kq = quant_kernels(jobs[j].w->type);
@@ -442,33 +428,49 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
         int k = 0;
         const auto quantize = packed ? kq.quantize_packed_act_row : kq.quantize_act_row;
         // Keyed by the quantizer too: F16's packed rows and F32's rows are both F32, not the same numbers.
-        while (k < n_slots && !(slots[k].x == jobs[j].x && slots[k].act_type == at && slots[k].quantize == quantize))
+        while (k < a.n_slots &&
+               !(a.slots[k].x == jobs[j].x && a.slots[k].act_type == at && a.slots[k].quantize == quantize))
             ++k;
-        if (k == n_slots) {
+        if (k == a.n_slots) {
             const int64_t n_in = jobs[j].w->ne[0];
             const int64_t rb = act_row_stride(dtype_row_bytes(at, n_in));
             CHECK(free_space + rb * n_tok <= s_->act.data() + s_->act.size());
-            slots[n_slots++] = {jobs[j].x, at, n_in, rb, free_space, quantize};
+            a.slots[a.n_slots++] = {jobs[j].x, at, n_in, rb, free_space, quantize};
             free_space += (rb * n_tok + 63) / 64 * 64;
         }
-        slot_of[j] = k;
+        a.slot_of[j] = k;
     }
-    auto quantize = [&](int64_t t0, int64_t t1) {
-        for (int k = 0; k < n_slots; ++k) {
-            const Slot& sl = slots[k];
-            for (int64_t t = t0; t < t1; ++t) {
-                sl.quantize(sl.x + t * sl.n_in, sl.data + t * sl.row_bytes, sl.n_in);
-            }
+    return a;
+}
+
+void Model::quantize_inputs(const MatJob* jobs, int n_jobs, int n_tok, int t0, int t1) {
+    const ActSlots a = act_slots(jobs, n_jobs, n_tok);
+    for (int k = 0; k < a.n_slots; ++k) {
+        const ActSlot& sl = a.slots[k];
+        for (int64_t t = t0; t < t1; ++t) sl.quantize(sl.x + t * sl.n_in, sl.data + t * sl.row_bytes, sl.n_in);
+    }
+}
+
+// Several products y_j (n_tok, n_out_j) = x_j (n_tok, n_in_j) · W_j^T in one parallel region
+// (one barrier, not one per matrix: on a busy machine every barrier may wait for a
+// descheduled thread). Each distinct (input, activation type) is quantized once (unless the
+// caller did, see quantize_inputs), on this thread for a few tokens and in parallel for more;
+// then threads split every matrix's rows, each thread walking 16-row tiles for every token so
+// a tile is read from memory once per call.
+void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens, bool quantized) {
+    const ActSlots a = act_slots(jobs, n_jobs, n_tok);
+    const ActSlot* slots = a.slots;
+    const int* slot_of = a.slot_of;
+    if (!quantized) {
+        if (n_tok <= 8) {
+            quantize_inputs(jobs, n_jobs, n_tok, 0, n_tok);
+        } else {
+            pool_->run([&](int i_thread, int n_threads) {
+                int64_t t0, t1;
+                ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
+                quantize_inputs(jobs, n_jobs, n_tok, static_cast<int>(t0), static_cast<int>(t1));
+            });
         }
-    };
-    if (n_tok <= 8) {
-        quantize(0, n_tok);
-    } else {
-        pool_->run([&](int i_thread, int n_threads) {
-            int64_t t0, t1;
-            ThreadPool::split(n_tok, i_thread, n_threads, 1, &t0, &t1);
-            quantize(t0, t1);
-        });
     }
     // Decode and small batches (one token chunk, every matrix packed): memory-bound, each
     // matrix read once. The 64-row tiles of all the jobs, in order, are dealt out as contiguous
@@ -495,7 +497,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
                 int j = 0;
                 while (u >= unit_begin[j + 1]) ++j;
                 const TensorView& w = *jobs[j].w;
-                const Slot& sl = slots[slot_of[j]];
+                const ActSlot& sl = slots[slot_of[j]];
                 const int64_t r = (u - unit_begin[j]) * steal_tile;
                 packed_gemm(quant_kernels(w.type))(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
                                                    std::min(steal_tile, w.ne[1] - r), sl.data, sl.row_bytes, n_tok,
@@ -509,7 +511,7 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
         for (int j = 0; j < n_jobs; ++j) {
             const TensorView& w = *jobs[j].w;
             const QuantKernels& kq = quant_kernels(w.type);
-            const Slot& sl = slots[slot_of[j]];
+            const ActSlot& sl = slots[slot_of[j]];
             const int64_t n_out = w.ne[1];
             const int64_t w_row = w.row_bytes();
             const uint8_t* wdata = static_cast<const uint8_t*>(w.data);
@@ -949,6 +951,20 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
     });
 }
 
+// x += the FFN output of tokens [t0, t1) (post_ffn_norm first where the layer has one).
+void Model::ffn_residual(const LayerWeights& L, int t0, int t1) {
+    Scratch& s = *s_;
+    const int E = hp_.n_embd;
+    if (!L.post_ffn_norm.empty()) {
+        for (int t = t0; t < t1; ++t) {
+            float* o = s.proj.data() + static_cast<size_t>(t) * E;
+            rms_norm(o, L.post_ffn_norm.data(), o, E, hp_.rms_eps);
+        }
+    }
+    const size_t a = static_cast<size_t>(t0) * E;
+    vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
+}
+
 Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
     const ModelHParams& hp = hp_;
     const int n_tok = static_cast<int>(batch.tokens.size());
@@ -1043,16 +1059,21 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         const bool local = hp.is_swa(il);
         const float* rope_cos = local ? s.rope_cos_swa.data() : s.rope_cos.data();
         const float* rope_sin = local ? s.rope_sin_swa.data() : s.rope_sin.data();
+        // Each elementwise step runs in the parallel region of the step before it where it
+        // can (the previous layer's FFN residual with this norm, the norms with the next
+        // product's input quantization): 4 barriers a layer fewer, the same operations per token.
+        const MatJob qkv[] = {{L.wq, s.xn.data(), s.q.data()},
+                              {L.wk, s.xn.data(), s.k.data()},
+                              {L.wv, s.xn.data(), s.v.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
+            if (il > 0) ffn_residual(layers_[il - 1], t0, t1);
             for (int t = t0; t < t1; ++t) {
                 rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.attn_norm.data(),
                          s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
             }
+            quantize_inputs(qkv, 3, n_tok, t0, t1);
         });
-        const MatJob qkv[] = {{L.wq, s.xn.data(), s.q.data()},
-                              {L.wk, s.xn.data(), s.k.data()},
-                              {L.wv, s.xn.data(), s.v.data()}};
-        matmuls(qkv, 3, n_tok);
+        matmuls(qkv, 3, n_tok, true, /*quantized=*/true);
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             for (int t = t0; t < t1; ++t) {
                 float* q = s.q.data() + static_cast<size_t>(t) * hp.q_dim();
@@ -1101,6 +1122,8 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         attention(batch, kv, il);
         const MatJob o[] = {{L.wo, s.att.data(), s.proj.data()}};
         matmuls(o, 1, n_tok);
+        const MatJob gate_up[] = {{L.w_gate, s.xn.data(), s.gate.data()},
+                                  {L.w_up, s.xn.data(), s.up.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             for (int t = t0; t < t1; ++t) {
                 float* x = s.x.data() + static_cast<size_t>(t) * E;
@@ -1109,10 +1132,10 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                 vec_add(x, o, x, E);
                 rms_norm(x, L.ffn_norm.data(), s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
             }
+            quantize_inputs(gate_up, 2, n_tok, t0, t1);
         });
-        const MatJob gate_up[] = {{L.w_gate, s.xn.data(), s.gate.data()},
-                                  {L.w_up, s.xn.data(), s.up.data()}};
-        matmuls(gate_up, 2, n_tok);
+        matmuls(gate_up, 2, n_tok, true, /*quantized=*/true);
+        const MatJob down[] = {{L.w_down, s.gate.data(), s.proj.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             const size_t a = static_cast<size_t>(t0) * hp.n_ff;
             const int64_t n = static_cast<int64_t>(t1 - t0) * hp.n_ff;
@@ -1121,20 +1144,12 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
             } else {
                 silu_mul(s.gate.data() + a, s.up.data() + a, s.gate.data() + a, n);
             }
+            quantize_inputs(down, 1, n_tok, t0, t1);
         });
-        const MatJob down[] = {{L.w_down, s.gate.data(), s.proj.data()}};
-        matmuls(down, 1, n_tok);
-        for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
-            const size_t a = static_cast<size_t>(t0) * E;
-            if (!L.post_ffn_norm.empty()) {
-                for (int t = t0; t < t1; ++t) {
-                    float* o = s.proj.data() + static_cast<size_t>(t) * E;
-                    rms_norm(o, L.post_ffn_norm.data(), o, E, hp.rms_eps);
-                }
-            }
-            vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
-        });
+        matmuls(down, 1, n_tok, true, /*quantized=*/true);
     }
+    // The last layer's FFN residual (the others' ran with the next layer's norm).
+    for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { ffn_residual(layers_[hp.n_layer - 1], t0, t1); });
 
     // Final norm and logits, only for the rows that want them.
     int n_rows = 0;

@@ -143,11 +143,31 @@ private:
     static constexpr int kMaxMatJobs = 3;
     // rows_are_tokens: row t of each input is the batch's token t (else rows stand alone, as
     // the output product's, one per sequence that wants logits).
-    void matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens = true);
+    // quantized: quantize_inputs already wrote every input row (inside a parallel region that
+    // computed them, saving the barrier of a region of its own).
+    void matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens = true, bool quantized = false);
+    // The inputs' quantized rows [t0, t1) as matmuls(jobs, n_jobs, n_tok) would write them.
+    void quantize_inputs(const MatJob* jobs, int n_jobs, int n_tok, int t0, int t1);
+    // Where matmuls keeps each distinct input's quantized rows.
+    struct ActSlot {
+        const float* x;
+        DType act_type;
+        int64_t n_in;
+        int64_t row_bytes;
+        uint8_t* data;
+        void (*quantize)(const float* src, void* dst, int64_t n);  // rows -> act_type
+    };
+    struct ActSlots {
+        ActSlot slots[kMaxMatJobs];
+        int slot_of[kMaxMatJobs];
+        int n_slots = 0;
+    };
+    ActSlots act_slots(const MatJob* jobs, int n_jobs, int n_tok) const;
     // The packed product of a type's kernels in the order ModelOptions::ggml_order chose.
     using GemmPacked = void (*)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                                 int64_t n_cols, float* out, int64_t out_stride);
     GemmPacked packed_gemm(const QuantKernels& k) const;
+    void ffn_residual(const LayerWeights& L, int t0, int t1);
     void plan_attention(const Batch& batch);
     void write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h);
     void attention(const Batch& batch, KvPool& kv, int il);
