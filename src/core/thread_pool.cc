@@ -149,4 +149,25 @@ int64_t StealingRanges::next(int i_thread) {
     return -1;
 }
 
+bool StealingRanges::next_span(int i_thread, int64_t max_units, int64_t* begin, int64_t* end) {
+    for (int d = 0; d < n_threads_; ++d) {
+        const bool own = d == 0;
+        std::atomic<uint64_t>& v = ranges_[(i_thread + d) % n_threads_].v;
+        uint64_t cur = v.load(std::memory_order_relaxed);
+        for (;;) {
+            const uint64_t b = cur & 0xffffffffu, e = cur >> 32;
+            if (b >= e) break;
+            const uint64_t left = e - b, half = (left + 1) / 2, max = static_cast<uint64_t>(std::max<int64_t>(1, max_units));
+            const uint64_t n = own ? (left >= 2 * max ? max : half) : std::min(max, half);
+            const uint64_t want = own ? (e << 32 | (b + n)) : ((e - n) << 32 | b);
+            if (v.compare_exchange_weak(cur, want, std::memory_order_relaxed)) {
+                *begin = static_cast<int64_t>(own ? b : e - n);
+                *end = static_cast<int64_t>(own ? b + n : e);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 }  // namespace ferrox

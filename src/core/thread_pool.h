@@ -73,6 +73,14 @@ public:
     // others' (i_thread + 1, i_thread + 2, ...); -1 once every unit is claimed.
     int64_t next(int i_thread);
 
+    // Up to max_units consecutive units [*begin, *end) for thread i_thread, false once every
+    // unit is claimed: from the front of its own share, max_units at a time while at least
+    // twice that many are left there and then half of what is left (rounded up); else from the
+    // back of another share, half of what is left there (rounded up, at most max_units). So the
+    // work is claimed in long runs and the last pieces, which decide how long one thread waits
+    // for the other at the barrier, are short.
+    bool next_span(int i_thread, int64_t max_units, int64_t* begin, int64_t* end);
+
 private:
     // The unclaimed units [next, end) of one share: next in the low 32 bits, end in the high.
     struct alignas(64) Range {

@@ -84,6 +84,47 @@ TEST(StealingRanges, EveryUnitOnceUnderContention) {
     }
 }
 
+TEST(StealingRanges, SpansAreWholeTilesThenHalvesThenStolenHalves) {
+    StealingRanges r(2);
+    r.reset(40);  // shares [0, 20), [20, 40)
+    const auto span = [&](int i) {
+        int64_t b = -1, e = -1;
+        return r.next_span(i, 8, &b, &e) ? std::pair{b, e} : std::pair<int64_t, int64_t>{-1, -1};
+    };
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{0, 8}));    // 20 left: a whole 8
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{8, 14}));   // 12 left (< 16): half
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{14, 17}));  // 6 left: 3
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{17, 19}));
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{19, 20}));
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{32, 40}));  // thread 1's back: half of 20, at most 8
+    EXPECT_EQ(span(1), (std::pair<int64_t, int64_t>{20, 26}));  // its own front, 12 left: half
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{29, 32}));  // half of the 6 left, from the back
+    EXPECT_EQ(span(1), (std::pair<int64_t, int64_t>{26, 28}));
+    EXPECT_EQ(span(1), (std::pair<int64_t, int64_t>{28, 29}));
+    EXPECT_EQ(span(1), (std::pair<int64_t, int64_t>{-1, -1}));
+    EXPECT_EQ(span(0), (std::pair<int64_t, int64_t>{-1, -1}));
+}
+
+TEST(StealingRanges, SpansCoverEveryUnitOnceUnderContention) {
+    constexpr int kThreads = 4;
+    ThreadPool pool(kThreads);
+    StealingRanges r(kThreads);
+    for (int64_t n : {1, 7, 1000, 200000}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        r.reset(n);
+        pool.run([&](int i, int) {
+            for (int64_t b, e; r.next_span(i, 8, &b, &e);) {
+                if (i == 0) std::this_thread::yield();
+                EXPECT_TRUE(b < e && e - b <= 8);
+                for (int64_t u = b; u < e; ++u) seen[static_cast<size_t>(u)].fetch_add(1);
+            }
+        });
+        int64_t once = 0;
+        for (auto& s : seen) once += s.load() == 1;
+        EXPECT_EQ(once, n) << "n " << n;
+    }
+}
+
 TEST(ThreadPool, ParallelSumIsCorrect) {
     ThreadPool pool(2);
     std::vector<int64_t> v(100000);
