@@ -484,26 +484,28 @@ void Model::matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tok
     // instead gained nothing; longer weight runs per call, it seems.
     const int64_t steal_tile = n_tok >= 3 ? 2 * kPackedTile : kPackedTile;
     // Claimed in units of 16 rows: a whole tile at a time, then shorter runs at the end of a
-    // share (StealingRanges::next_span), so the threads finish closer together.
-    constexpr int64_t kStealUnit = 16;
+    // share (StealingRanges::next_span), so the threads finish closer together; for one or two
+    // tokens (16 rows are ~0.1 us of work, less than what the finer claims cost: single-stream
+    // decode lost 3-4 %) whole tiles only.
+    const int64_t steal_unit = n_tok >= 3 ? 16 : steal_tile;
     constexpr int kPackedTokChunk = 64;
     bool steal = n_tok <= kPackedTokChunk && pool_->n_threads() > 1;
     int64_t unit_begin[kMaxMatJobs + 1] = {0};
     for (int j = 0; j < n_jobs; ++j) {
         steal = steal && jobs[j].w->packed8;
-        unit_begin[j + 1] = unit_begin[j] + (jobs[j].w->ne[1] + kStealUnit - 1) / kStealUnit;
+        unit_begin[j + 1] = unit_begin[j] + (jobs[j].w->ne[1] + steal_unit - 1) / steal_unit;
     }
     if (steal) {
         s_->tiles->reset(unit_begin[n_jobs]);
         pool_->run([&](int i_thread, int) {
-            for (int64_t ub, ue; s_->tiles->next_span(i_thread, steal_tile / kStealUnit, &ub, &ue);) {
+            for (int64_t ub, ue; s_->tiles->next_span(i_thread, steal_tile / steal_unit, &ub, &ue);) {
                 for (int j = 0; j < n_jobs; ++j) {  // the span's part in each job
                     const int64_t b = std::max(ub, unit_begin[j]), e = std::min(ue, unit_begin[j + 1]);
                     if (b >= e) continue;
                     const TensorView& w = *jobs[j].w;
                     const ActSlot& sl = slots[slot_of[j]];
-                    const int64_t r = (b - unit_begin[j]) * kStealUnit;
-                    const int64_t nr = std::min((e - unit_begin[j]) * kStealUnit, w.ne[1]) - r;
+                    const int64_t r = (b - unit_begin[j]) * steal_unit;
+                    const int64_t nr = std::min((e - unit_begin[j]) * steal_unit, w.ne[1]) - r;
                     packed_gemm(quant_kernels(w.type))(sl.n_in, static_cast<const uint8_t*>(w.data) + r * w.row_bytes(),
                                                        nr, sl.data, sl.row_bytes, n_tok, jobs[j].y + r, w.ne[1]);
                 }
