@@ -5,10 +5,11 @@
 // Blocks are reference-counted so sequences can share a common prefix.
 //
 // Layout of one block: [n_layer][2: K, V][slab of block_size * row_bytes]. The model decides
-// the slab's order: an F16 cache is head-major, [n_head_kv][block_size][head_dim] (what one
-// attention item, one KV head, streams over: model.cc's kv_head_rows), and so is a Q8_0 cache,
-// each position's head_dim values in blocks of 32 with an F16 scale. The pool only moves and
-// shares whole blocks.
+// the slab's order: an F16 cache is head-major, K [n_head_kv][block_size][head_dim] and V
+// transposed, [n_head_kv][head_dim][block_size] (what one attention item, one KV head, streams
+// over: model.cc's kv_head_rows, attention_f16.h's attn_v_offset), and a Q8_0 cache is
+// head-major by position, each position's head_dim values in blocks of 32 with an F16 scale.
+// The pool only moves and shares whole blocks.
 //
 // The pool is also the prefix cache. A full block whose tokens are known can be published
 // under a chained hash of every token from position 0 to its end; a later sequence whose
