@@ -204,32 +204,15 @@ void dots_prefill_group_avx2(const float* q, int n_q, const uint16_t* k, int str
     }
 }
 
-// Grouped-query decode dots for a head size of 64: the cache row converted once into 8
-// registers, then per head dot_decode_avx2's four accumulators (a0 over elements 0-7 and
-// 32-39, a1 over 8-15 and 40-47, ...), started from zero as there, and its reduction.
+// Grouped-query decode dots; head size 64: attention_f16_pv_x86.h (8 rows of a head reduced
+// together instead of a horizontal add chain per dot: 5-15 % faster than that).
 void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
                             float* out, int out_stride) {
     if (n != 64) {
         attn_dots_decode_group<dot_decode_avx2>(q, n_q, k, stride, count, n, scale, out, out_stride);
         return;
     }
-    const __m256 zero = _mm256_setzero_ps();
-    for (int j = 0; j < count; ++j) {
-        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
-        const __m256 k0 = load_f16(kr), k1 = load_f16(kr + 8), k2 = load_f16(kr + 16), k3 = load_f16(kr + 24);
-        const __m256 k4 = load_f16(kr + 32), k5 = load_f16(kr + 40), k6 = load_f16(kr + 48), k7 = load_f16(kr + 56);
-        for (int g = 0; g < n_q; ++g) {
-            const float* qg = q + g * 64;
-            const __m256 a0 = _mm256_fmadd_ps(k4, _mm256_loadu_ps(qg + 32), _mm256_fmadd_ps(k0, _mm256_loadu_ps(qg), zero));
-            const __m256 a1 = _mm256_fmadd_ps(k5, _mm256_loadu_ps(qg + 40), _mm256_fmadd_ps(k1, _mm256_loadu_ps(qg + 8), zero));
-            const __m256 a2 = _mm256_fmadd_ps(k6, _mm256_loadu_ps(qg + 48), _mm256_fmadd_ps(k2, _mm256_loadu_ps(qg + 16), zero));
-            const __m256 a3 = _mm256_fmadd_ps(k7, _mm256_loadu_ps(qg + 56), _mm256_fmadd_ps(k3, _mm256_loadu_ps(qg + 24), zero));
-            const __m256 x = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-            const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-            const __m128 h = _mm_hadd_ps(t, t);
-            out[g * out_stride + j] = _mm_cvtss_f32(_mm_hadd_ps(h, h)) * scale;
-        }
-    }
+    attn_x86::dots_decode_64<3>(q, n_q, k, stride, count, scale, out, out_stride);
 }
 
 // See attention_f16_pv_x86.h: three heads and one dimension per pass (12 accumulators).

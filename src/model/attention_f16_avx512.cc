@@ -1,17 +1,10 @@
 // Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
-// (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The grouped decode dots and the prompt
-// dots with 16-lane registers and each lane's operations exactly those of
-// the AVX2 kernels (attention_f16_avx2.cc), so every head keeps its bits; the other entries of
-// the table are the AVX2 ones.
-//
-// Dots: a 64-wide F16 row of K is four 16-lane vectors; lanes 0-7 of the first hold elements
-// 0-7 and lanes 8-15 elements 8-15, so one 16-lane multiply-add chain computes the AVX2
-// kernel's accumulators a0 and a1 side by side (a2 and a3 in the second), and their sum
-// (a0 + a2 | a1 + a3) is reduced to the AVX2 x = (a0 + a2) + (a1 + a3) by adding its halves.
-// The dots of 8 rows of one head are then reduced together: the pairs (l, l + 4) of every
-// x, then (t0 + t1) and (t2 + t3), then their sum, each dot in the AVX2 order
-// ((t0 + t1) + (t2 + t3)), 8 results per vector instead of a horizontal add chain per dot.
-// Decode P·V: attention_f16_pv_x86.h with AVX-512VL's 32 registers. Prompt dots: below.
+// (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The prompt dots with 16-lane registers,
+// each lane's operations exactly those of the AVX2 kernel (attention_f16_avx2.cc), so every
+// head keeps its bits; the decode dots and P·V of attention_f16_pv_x86.h compiled with
+// AVX-512VL's 32 registers (8 lanes: on the machines measured a 512-bit multiply-add issues at
+// less than half the rate of two 256-bit ones, and the 16-lane decode dots were 15 % slower);
+// the other entries of the table are the AVX2 ones.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,59 +17,6 @@ namespace ferrox {
 const AttnF16Kernels* attn_f16_kernels_avx2();
 
 namespace {
-
-inline __m512 load16_f16(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline float round_f16(float x) { return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
-
-// x = (a0 + a2) + (a1 + a3) of the AVX2 kernel for q against the converted row k0..k3.
-inline __m256 dot_lanes(const __m512 k0, const __m512 k1, const __m512 k2, const __m512 k3, const float* q) {
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 a01 = _mm512_fmadd_ps(k2, _mm512_loadu_ps(q + 32), _mm512_fmadd_ps(k0, _mm512_loadu_ps(q), zero));
-    const __m512 a23 = _mm512_fmadd_ps(k3, _mm512_loadu_ps(q + 48), _mm512_fmadd_ps(k1, _mm512_loadu_ps(q + 16), zero));
-    const __m512 s = _mm512_add_ps(a01, a23);  // (a0 + a2 | a1 + a3)
-    return _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
-}
-
-// The AVX2 reduction of one x: t = lanes (l, l + 4) added, then (t0 + t1) + (t2 + t3).
-inline float reduce_one(__m256 x) {
-    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    const __m128 h = _mm_hadd_ps(t, t);
-    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
-}
-
-using attn_x86::reduce_eight;
-
-void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
-                              float* out, int out_stride) {
-    constexpr int kMaxHeads = 32;  // kAttnQueries: a sequence's draft tokens' heads too
-    if (n != 64 || n_q > kMaxHeads) {
-        attn_f16_kernels_avx2()->dots_decode_group(q, n_q, k, stride, count, n, scale, out, out_stride);
-        return;
-    }
-    const __m256 vscale = _mm256_set1_ps(scale);
-    alignas(32) __m256 x[kMaxHeads][8];
-    int j0 = 0;
-    for (; j0 + 8 <= count; j0 += 8) {
-        for (int j = 0; j < 8; ++j) {
-            const uint16_t* kr = k + static_cast<size_t>(j0 + j) * stride;
-            const __m512 k0 = load16_f16(kr), k1 = load16_f16(kr + 16), k2 = load16_f16(kr + 32), k3 = load16_f16(kr + 48);
-            for (int g = 0; g < n_q; ++g) x[g][j] = dot_lanes(k0, k1, k2, k3, q + g * 64);
-        }
-        for (int g = 0; g < n_q; ++g) {
-            _mm256_storeu_ps(out + static_cast<size_t>(g) * out_stride + j0, _mm256_mul_ps(reduce_eight(x[g]), vscale));
-        }
-    }
-    for (int j = j0; j < count; ++j) {
-        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
-        const __m512 k0 = load16_f16(kr), k1 = load16_f16(kr + 16), k2 = load16_f16(kr + 32), k3 = load16_f16(kr + 48);
-        for (int g = 0; g < n_q; ++g) {
-            out[static_cast<size_t>(g) * out_stride + j] = reduce_one(dot_lanes(k0, k1, k2, k3, q + g * 64)) * scale;
-        }
-    }
-}
 
 // Prompt dots (AttnF16Kernels::dots_prefill_group), head size 64: two queries per register,
 // four pairs at a time (pp2048 on the default model, with the padded score rows: 833 -> 847-895).
@@ -136,6 +76,15 @@ void dots_prefill_group_avx512(const float* q, int n_q, const uint16_t* k, int s
             finish(a, i, j);
         }
     }
+}
+
+void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
+                              float* out, int out_stride) {
+    if (n != 64) {
+        attn_f16_kernels_avx2()->dots_decode_group(q, n_q, k, stride, count, n, scale, out, out_stride);
+        return;
+    }
+    attn_x86::dots_decode_64<3>(q, n_q, k, stride, count, scale, out, out_stride);
 }
 
 // See attention_f16_pv_x86.h: three heads and two dimensions per pass (24 of the 32 registers).

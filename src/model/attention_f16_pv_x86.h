@@ -163,6 +163,59 @@ bool pv_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const* b
     return true;
 }
 
+// The decode order's reduction of one x = (a0 + a2) + (a1 + a3): lanes (l, l + 4) added, then
+// (t0 + t1) + (t2 + t3).
+inline float reduce_one(__m256 x) {
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 h = _mm_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// x of dot_decode for query q (64 floats) against a converted row k[0..8): a_j over elements
+// 8j.. and 32 + 8j.. (from +0, as dot_decode's first multiply-add), x = (a0 + a2) + (a1 + a3).
+__attribute__((always_inline)) inline __m256 dot_x(const __m256 (&k)[8], const float* q) {
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 a0 = _mm256_fmadd_ps(k[4], _mm256_loadu_ps(q + 32), _mm256_fmadd_ps(k[0], _mm256_loadu_ps(q), zero));
+    const __m256 a1 = _mm256_fmadd_ps(k[5], _mm256_loadu_ps(q + 40), _mm256_fmadd_ps(k[1], _mm256_loadu_ps(q + 8), zero));
+    const __m256 a2 = _mm256_fmadd_ps(k[6], _mm256_loadu_ps(q + 48), _mm256_fmadd_ps(k[2], _mm256_loadu_ps(q + 16), zero));
+    const __m256 a3 = _mm256_fmadd_ps(k[7], _mm256_loadu_ps(q + 56), _mm256_fmadd_ps(k[3], _mm256_loadu_ps(q + 24), zero));
+    return _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+}
+
+// AttnF16Kernels::dots_decode_group for a head size of 64 in 8-lane registers: per row of K,
+// converted once, kG heads' dots; 8 rows' x of a head reduced together (reduce_eight).
+template <int kG>
+void dots_decode_64(const float* q, int n_q, const uint16_t* k, int stride, int count, float scale, float* out,
+                    int out_stride) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int g0 = 0; g0 < n_q; g0 += kG) {
+        const int ng = std::min(kG, n_q - g0);
+        const float* qg = q + static_cast<size_t>(g0) * 64;
+        float* og = out + static_cast<size_t>(g0) * out_stride;
+        int j0 = 0;
+        for (; j0 + 8 <= count; j0 += 8) {
+            __m256 x[kG][8];
+            for (int j = 0; j < 8; ++j) {
+                const uint16_t* kr = k + static_cast<size_t>(j0 + j) * stride;
+                __m256 kv[8];
+                _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i) kv[i] = load8_f16(kr + 8 * i);
+                _Pragma("GCC unroll 4") for (int g = 0; g < kG; ++g) {
+                    if (g < ng) x[g][j] = dot_x(kv, qg + g * 64);
+                }
+            }
+            for (int g = 0; g < ng; ++g) {
+                _mm256_storeu_ps(og + static_cast<size_t>(g) * out_stride + j0, _mm256_mul_ps(reduce_eight(x[g]), vscale));
+            }
+        }
+        for (int j = j0; j < count; ++j) {
+            const uint16_t* kr = k + static_cast<size_t>(j) * stride;
+            __m256 kv[8];
+            for (int i = 0; i < 8; ++i) kv[i] = load8_f16(kr + 8 * i);
+            for (int g = 0; g < ng; ++g) og[static_cast<size_t>(g) * out_stride + j] = reduce_one(dot_x(kv, qg + g * 64)) * scale;
+        }
+    }
+}
+
 // AttnF16Kernels::gather_vt: runs of 8 positions whose slots are consecutive (one block's) are
 // one load per dimension; others element by element.
 inline void gather_vt(const uint16_t* const* cols, int dstride, int count, int n, float* vt, int ld) {
