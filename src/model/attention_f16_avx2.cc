@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "model/attention_f16.h"
-#include "model/attention_f16_pv_x86.h"
+#include "model/attention_f16_decode_x86.h"
 
 namespace ferrox {
 
@@ -204,7 +204,7 @@ void dots_prefill_group_avx2(const float* q, int n_q, const uint16_t* k, int str
     }
 }
 
-// Grouped-query decode dots; head size 64: attention_f16_pv_x86.h (8 rows of a head reduced
+// Grouped-query decode dots; head size 64: attention_f16_decode_x86.h (8 rows of a head reduced
 // together instead of a horizontal add chain per dot: 5-15 % faster than that).
 void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
                             float* out, int out_stride) {
@@ -215,7 +215,7 @@ void dots_decode_group_avx2(const float* q, int n_q, const uint16_t* k, int stri
     attn_x86::dots_decode_64<3>(q, n_q, k, stride, count, scale, out, out_stride);
 }
 
-// See attention_f16_pv_x86.h: three heads and one dimension per pass (12 accumulators).
+// See attention_f16_decode_x86.h: three heads and one dimension per pass (12 accumulators).
 void pv_decode_t_avx2(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
                       int p_end, float* const* out, int n) {
     if (!attn_x86::pv_decode_t<3, 1>(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) {

@@ -1,7 +1,7 @@
 // Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
 // (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The prompt dots with 16-lane registers,
 // each lane's operations exactly those of the AVX2 kernel (attention_f16_avx2.cc), so every
-// head keeps its bits; the decode dots and P·V of attention_f16_pv_x86.h compiled with
+// head keeps its bits; the decode dots and P·V of attention_f16_decode_x86.h compiled with
 // AVX-512VL's 32 registers (8 lanes: on the machines measured a 512-bit multiply-add issues at
 // less than half the rate of two 256-bit ones, and the 16-lane decode dots were 15 % slower);
 // the other entries of the table are the AVX2 ones.
@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "model/attention_f16.h"
-#include "model/attention_f16_pv_x86.h"
+#include "model/attention_f16_decode_x86.h"
 
 namespace ferrox {
 
@@ -87,7 +87,7 @@ void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int st
     attn_x86::dots_decode_64<3>(q, n_q, k, stride, count, scale, out, out_stride);
 }
 
-// See attention_f16_pv_x86.h: three heads and two dimensions per pass (24 of the 32 registers).
+// See attention_f16_decode_x86.h: three heads and two dimensions per pass (24 of the 32 registers).
 void pv_decode_t_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
                         int p_end, float* const* out, int n) {
     if (!attn_x86::pv_decode_t<3, 2>(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) {

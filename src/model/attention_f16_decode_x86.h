@@ -1,5 +1,6 @@
 #pragma once
-// Decode P·V over the transposed V cache (AttnF16Kernels::pv_decode_t) in 8-lane registers,
+// Decode attention in 8-lane registers: the grouped dots against K (dots_decode_64, at the end)
+// and P·V over the transposed V cache (AttnF16Kernels::pv_decode_t),
 // included by attention_f16_avx2.cc (16 registers: one dimension per pass) and
 // attention_f16_avx512.cc (32 registers with AVX-512VL: two; on the machines measured a 512-bit
 // multiply-add issues at less than half the rate of two 256-bit ones, so 8 lanes there too).
