@@ -131,25 +131,13 @@ void StealingRanges::reset(int64_t n_units) {
 }
 
 int64_t StealingRanges::next(int i_thread) {
-    // Relaxed is enough: the counters only decide who owns a unit; what a unit's work writes is
-    // published by the pool's barrier.
-    for (int d = 0; d < n_threads_; ++d) {
-        const bool own = d == 0;
-        std::atomic<uint64_t>& v = ranges_[(i_thread + d) % n_threads_].v;
-        uint64_t cur = v.load(std::memory_order_relaxed);
-        for (;;) {
-            const uint64_t b = cur & 0xffffffffu, e = cur >> 32;
-            if (b >= e) break;
-            const uint64_t want = own ? cur + 1 : (e - 1) << 32 | b;
-            if (v.compare_exchange_weak(cur, want, std::memory_order_relaxed)) {
-                return static_cast<int64_t>(own ? b : e - 1);
-            }
-        }
-    }
-    return -1;
+    int64_t b, e;  // a span of one unit: the front of the own share, else another's back
+    return next_span(i_thread, 1, &b, &e) ? b : -1;
 }
 
 bool StealingRanges::next_span(int i_thread, int64_t max_units, int64_t* begin, int64_t* end) {
+    // Relaxed is enough: the counters only decide who owns a unit; what a unit's work writes is
+    // published by the pool's barrier.
     for (int d = 0; d < n_threads_; ++d) {
         const bool own = d == 0;
         std::atomic<uint64_t>& v = ranges_[(i_thread + d) % n_threads_].v;

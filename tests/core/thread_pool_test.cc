@@ -64,24 +64,35 @@ TEST(StealingRanges, OwnShareInOrderThenTheOthersFromTheBack) {
     EXPECT_EQ(r.next(0), -1);
 }
 
-TEST(StealingRanges, EveryUnitOnceUnderContention) {
+// 4 threads claim every unit of n_units through `claim` (i_thread, &begin, &end: false when
+// done), thread 0 slowly so the others run out and take from its share; each unit exactly once.
+template <typename Claim>
+void check_every_unit_once(StealingRanges& r, Claim claim) {
     constexpr int kThreads = 4;
     ThreadPool pool(kThreads);
-    StealingRanges r(kThreads);
     for (int64_t n : {1, 7, 1000, 200000}) {
         std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
         r.reset(n);
         pool.run([&](int i, int) {
-            // Thread 0 is slow, so the others run out and take from its share.
-            for (int64_t u; (u = r.next(i)) >= 0;) {
+            for (int64_t b, e; claim(i, &b, &e);) {
                 if (i == 0) std::this_thread::yield();
-                seen[static_cast<size_t>(u)].fetch_add(1);
+                EXPECT_TRUE(b < e && e - b <= 8);
+                for (int64_t u = b; u < e; ++u) seen[static_cast<size_t>(u)].fetch_add(1);
             }
         });
         int64_t once = 0;
         for (auto& s : seen) once += s.load() == 1;
         EXPECT_EQ(once, n) << "n " << n;
     }
+}
+
+TEST(StealingRanges, EveryUnitOnceUnderContention) {
+    StealingRanges r(4);
+    check_every_unit_once(r, [&](int i, int64_t* b, int64_t* e) {
+        *b = r.next(i);
+        *e = *b + 1;
+        return *b >= 0;
+    });
 }
 
 TEST(StealingRanges, SpansAreWholeTilesThenHalvesThenStolenHalves) {
@@ -106,23 +117,8 @@ TEST(StealingRanges, SpansAreWholeTilesThenHalvesThenStolenHalves) {
 }
 
 TEST(StealingRanges, SpansCoverEveryUnitOnceUnderContention) {
-    constexpr int kThreads = 4;
-    ThreadPool pool(kThreads);
-    StealingRanges r(kThreads);
-    for (int64_t n : {1, 7, 1000, 200000}) {
-        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-        r.reset(n);
-        pool.run([&](int i, int) {
-            for (int64_t b, e; r.next_span(i, 8, &b, &e);) {
-                if (i == 0) std::this_thread::yield();
-                EXPECT_TRUE(b < e && e - b <= 8);
-                for (int64_t u = b; u < e; ++u) seen[static_cast<size_t>(u)].fetch_add(1);
-            }
-        });
-        int64_t once = 0;
-        for (auto& s : seen) once += s.load() == 1;
-        EXPECT_EQ(once, n) << "n " << n;
-    }
+    StealingRanges r(4);
+    check_every_unit_once(r, [&](int i, int64_t* b, int64_t* e) { return r.next_span(i, 8, b, e); });
 }
 
 TEST(ThreadPool, ParallelSumIsCorrect) {
