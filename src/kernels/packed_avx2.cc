@@ -253,17 +253,24 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                         lo[l] = _mm256_and_si256(q, low);
                         hi[l] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
                     }
-                    for (int c = 0; c < nc; ++c, yq += a_row_bytes) {
-                        __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(yq));
-                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(yq + 16)));
+                    const auto column = [&](int c, const int8_t* yc) __attribute__((always_inline)) {
+                        __m256i p16 = _mm256_maddubs_epi16(lo[0], bcast4(yc));
+                        p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[0], bcast4(yc + 16)));
                         _Pragma("GCC unroll 4") for (int l = 1; l < 4; ++l) {
-                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[l], bcast4(yq + 4 * l)));
-                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[l], bcast4(yq + 16 + 4 * l)));
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[l], bcast4(yc + 4 * l)));
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi[l], bcast4(yc + 16 + 4 * l)));
                         }
-                        const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p16, ones), _mm256_set1_epi32(e[c].sum8));
+                        __m256i isum = _mm256_madd_epi16(p16, ones);
+                        if constexpr (F::kSum) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(e[c].sum8));
                         _mm256_store_ps(acc + 8 * c, block_step<WB>(_mm256_load_ps(acc + 8 * c),
                                                                     _mm256_cvtepi32_ps(isum), dx, mx, e[c]));
+                    };
+                    int c = 0;
+                    for (; c + 2 <= nc; c += 2, yq += 2 * a_row_bytes) {
+                        column(c, yq);
+                        column(c + 1, yq + a_row_bytes);
                     }
+                    if (c < nc) column(c, yq);
                 }
                 for (int c = 0; c < nc; ++c) _mm256_storeu_ps(og + c * out_stride, _mm256_load_ps(acc + 8 * c));
             }

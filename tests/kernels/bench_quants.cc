@@ -7,6 +7,7 @@
 // 2. The packed matrix product (gemm_packed8, what the model runs): a 64 x 2048 tile of a
 //    repacked matrix (the model's per-call tile) against 1 activation row (decode, GB/s of
 //    weights) and 64 (a prompt chunk, billions of multiply-adds per second).
+// `bench_quants cols` and `bench_quants batch`: see columns_table and batch_table.
 
 #include <algorithm>
 #include <chrono>
@@ -64,10 +65,10 @@ double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float
 }
 
 // gemm_packed8 on one 64-row tile, n_cols activation rows: seconds per call (best trial).
-double bench_packed(DType t, int64_t n_cols, int iters, float* sink, bool ref_order = false) {
+double bench_packed(DType t, int64_t n_cols, int iters, float* sink, bool ref_order = false, int64_t n_rows = 64,
+                    int64_t n = 2048) {
     const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
     const auto gemm = ref_order ? k.gemm_packed8_ref_order : k.gemm_packed8;
-    const int64_t n_rows = 64, n = 2048;
     const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
     std::vector<uint8_t> w(static_cast<size_t>(row_bytes * n_rows)), packed(w.size());
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -112,7 +113,31 @@ int columns_table(int iters) {
     return sink == 12345.678f ? 1 : 0;
 }
 
+// `bench_quants batch [cols] [iterations]`: the packed product at the default model's batched
+// decode shapes (one 128-row span of the model's matmul against a row of 576 or 1536), n cols
+// activation rows (16 by default), in billions of multiply-adds per second.
+int batch_table(int64_t n_cols, int iters) {
+    float sink = 0;
+    for (const char* isa : {"avx2", "avx512"}) {
+        if (!ferrox::kernels_isa_available(isa)) continue;
+        ferrox::kernels_force_isa(isa);
+        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+            const bool ref_order = ferrox::quant_kernels(t).gemm_packed8_ref_order != nullptr;
+            std::printf("%-6s %-5s%-12s %lld cols:", isa, std::string(ferrox::dtype_name(t)).c_str(),
+                        ref_order ? " (ref order)" : "", static_cast<long long>(n_cols));
+            for (int64_t n : {576, 1536}) {
+                const double s = bench_packed(t, n_cols, iters, &sink, ref_order, 128, n);
+                std::printf("  128x%-4lld %6.1f", static_cast<long long>(n), static_cast<double>(n_cols) * 128 * n / s / 1e9);
+            }
+            std::printf(" G mul-add/s\n");
+        }
+    }
+    return sink == 12345.678f ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "batch")
+        return batch_table(argc > 2 ? std::atoi(argv[2]) : 16, argc > 3 ? std::atoi(argv[3]) : 2000);
     if (argc > 1 && std::string(argv[1]) == "cols") return columns_table(argc > 2 ? std::atoi(argv[2]) : 300);
     const int iters = argc > 1 ? std::atoi(argv[1]) : 300;
     const int64_t n_rows = 576, n = 1536;
