@@ -9,7 +9,8 @@ OpenAI-compatible POST /v1/completions, streamed (SSE), greedy.
 1. Aggregate generation speed: C concurrent streaming clients (C = 1, 4, 16 by default), each
    with its own short prompt and max_tokens N with ignore_eos (every client makes exactly N
    tokens); the figure is all the clients' generated tokens over the wall time from the first
-   request sent to the last stream's end.
+   request sent to the last stream's end. The C streams are read by one thread on raw sockets
+   (stream_many), so the client takes as little of the machine's CPU from the server as it can.
 2. Time to first token (until the first streamed chunk with text) of a ~2,000-token prompt
    A, cold (a prefix no server has seen: each repetition starts its prompts with a new nonce),
    then warm: a prompt B that shares all but its last ~50 tokens with A, sent after A ends
@@ -29,11 +30,11 @@ Without --llama-server (or when the path does not exist) the llama.cpp column is
 Prints markdown; paste it into bench/RESULTS.md with the command line.
 """
 import argparse
-import concurrent.futures
 import json
 import os
 import platform
 import random
+import selectors
 import shlex
 import signal
 import socket
@@ -41,7 +42,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import httpx
@@ -181,30 +181,168 @@ def base_body(model_name, extra):
     return dict(model=model_name, temperature=0, **extra)
 
 
+class _SseStream:
+    """One streamed POST on a raw socket, parsed as it arrives: the status line and headers, the
+    chunked (or close-delimited / Content-Length) body, and its SSE `data:` events, counted as
+    stream_completion counts them."""
+
+    def __init__(self, host, port, path, body):
+        payload = json.dumps(dict(body, stream=True, stream_options={"include_usage": True})).encode()
+        self.request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                        f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+                        ).encode() + payload
+        self.sock = socket.create_connection((host, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.raw = b""          # bytes not yet framed (headers, chunk sizes)
+        self.body = b""         # de-chunked bytes not yet split into lines
+        self.headers_done = False
+        self.chunked = False
+        self.left = None        # bytes left in the current chunk / the Content-Length body
+        self.status = None
+        self.done = False
+        self.t0 = self.ttft = self.total = None
+        self.n_chunks = 0
+        self.usage = self.timings = None
+        self.text = []
+
+    def start(self, t0):
+        self.t0 = t0
+        self.sock.sendall(self.request)
+        self.sock.setblocking(False)
+
+    def feed(self, data, now):
+        """Consumes received bytes (b"" at EOF); returns True when the stream is complete."""
+        if not data:
+            self._lines(final=True, now=now)
+            self.done = True
+            return True
+        self.raw += data
+        if not self.headers_done:
+            end = self.raw.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            head, self.raw = self.raw[:end].decode("latin-1"), self.raw[end + 4:]
+            lines = head.split("\r\n")
+            self.status = int(lines[0].split()[1])
+            hdr = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+            self.chunked = "chunked" in hdr.get("transfer-encoding", "").lower()
+            if not self.chunked and "content-length" in hdr:
+                self.left = int(hdr["content-length"])
+            self.headers_done = True
+        if self.chunked:
+            while True:
+                if self.left is None or self.left == 0:
+                    if self.left == 0:  # the CRLF after a chunk's data
+                        if len(self.raw) < 2:
+                            break
+                        self.raw = self.raw[2:]
+                        self.left = None
+                    nl = self.raw.find(b"\r\n")
+                    if nl < 0:
+                        break
+                    size = int(self.raw[:nl].split(b";")[0], 16)
+                    self.raw = self.raw[nl + 2:]
+                    if size == 0:
+                        self.done = True
+                        break
+                    self.left = size
+                take = self.raw[:self.left]
+                self.body += take
+                self.raw = self.raw[len(take):]
+                self.left -= len(take)
+                if self.left > 0:
+                    break
+        else:
+            take = self.raw if self.left is None else self.raw[:self.left]
+            self.body += take
+            self.raw = self.raw[len(take):]
+            if self.left is not None:
+                self.left -= len(take)
+                self.done = self.left == 0
+        self._lines(final=self.done, now=now)
+        return self.done
+
+    def _lines(self, final, now):
+        *lines, self.body = self.body.split(b"\n")
+        if final and self.body:
+            lines.append(self.body)
+            self.body = b""
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                break
+            ev = json.loads(data)
+            if self.status != 200:
+                continue
+            if ev.get("usage"):
+                self.usage = ev["usage"]
+            if ev.get("timings"):
+                self.timings = ev["timings"]
+            for ch in ev.get("choices") or []:
+                if ch.get("text"):
+                    if self.ttft is None:
+                        self.ttft = now - self.t0
+                    self.n_chunks += 1
+                    self.text.append(ch["text"])
+        if self.done and self.total is None:
+            self.total = now - self.t0
+
+    def result(self):
+        if self.status != 200:
+            raise RuntimeError(f"HTTP {self.status}: {self.body[:300]!r}")
+        n = self.usage.get("completion_tokens", self.n_chunks) if self.usage else self.n_chunks
+        return self.ttft, self.total, n, None, "".join(self.text)
+
+
+def stream_many(base, bodies, timeout=900):
+    """The streamed POST /v1/completions of every body at once, from this one thread: each on
+    its own connection, made before the clock starts; then one selector loop reads them all.
+    Returns (wall seconds from the first request sent to the last stream's end, [the
+    stream_completion tuple of each]). One thread and no HTTP library: 16 httpx streams in 16
+    Python threads took enough of this 2-core machine's CPU (their wake-ups, the GIL passed
+    between them) to slow the server they measured, a fast one most (see RESULTS.md)."""
+    host, port = base.split("//", 1)[1].rsplit(":", 1)
+    streams = [_SseStream(host, int(port), "/v1/completions", b) for b in bodies]
+    sel = selectors.DefaultSelector()
+    t0 = time.perf_counter()
+    for st in streams:
+        st.start(t0)
+        sel.register(st.sock, selectors.EVENT_READ, st)
+    open_n = len(streams)
+    deadline = t0 + timeout
+    while open_n:
+        events = sel.select(timeout=max(0.0, deadline - time.perf_counter()))
+        if not events:
+            raise RuntimeError(f"{base}: streams did not finish in {timeout} s")
+        for key, _ in events:
+            st = key.data
+            try:
+                data = st.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if st.feed(data, time.perf_counter()):
+                sel.unregister(st.sock)
+                st.sock.close()
+                open_n -= 1
+    wall = time.perf_counter() - t0
+    sel.close()
+    return wall, [st.result() for st in streams]
+
+
 def throughput(server, n_clients, n_gen, model_name, extra):
     """Aggregate generated tokens/s of n_clients concurrent streams."""
-    barrier = threading.Barrier(n_clients + 1)
-
-    def one(i):
+    bodies = []
+    for i in range(n_clients):
         body = base_body(model_name, extra)
         body.update(prompt=f"Write a long story about {TOPICS[i % len(TOPICS)]}.\n", max_tokens=n_gen,
                     ignore_eos=True)
-        # Each client is set up and connected before the clock starts, as an application's
-        # would be (an httpx.Client costs ~25 ms of CPU to make, its CA bundle loaded, and 16
-        # of them made under the clock were most of the 16-stream time to first token).
-        with httpx.Client(timeout=900) as client:
-            client.get(server.base + "/health").raise_for_status()
-            barrier.wait()
-            return stream_completion(server.base, body, client=client)
-
-    with concurrent.futures.ThreadPoolExecutor(n_clients) as pool:
-        futs = [pool.submit(one, i) for i in range(n_clients)]
-        barrier.wait()
-        t0 = time.perf_counter()
-        cpu0 = time.process_time()
-        results = [f.result() for f in futs]
-        wall = time.perf_counter() - t0
-        client_cpu = time.process_time() - cpu0
+        bodies.append(body)
+    cpu0 = time.process_time()
+    wall, results = stream_many(server.base, bodies)
+    client_cpu = time.process_time() - cpu0
     n_tokens = sum(r[2] for r in results)
     if n_tokens != n_clients * n_gen:
         log(f"  [{server.name}] warning: {n_tokens} tokens generated, expected {n_clients * n_gen}")
