@@ -268,6 +268,9 @@ const std::vector<FlagSpec> kServeFlags = {
      "speculative decoding by prompt lookup: match the last N tokens (down to 2) earlier in the context "
      "and verify what followed (default 3; 0: off)"},
     {{"--draft-max"}, true, "most draft tokens one sequence verifies per step (default 8; 0: no speculation)"},
+    {{"-md", "--model-draft"}, true,
+     "draft model for speculative decoding of the first -m model (a smaller model of its vocabulary); "
+     "replaces prompt lookup"},
     {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
     {{"--api-key"}, true, "require this API key (repeatable)"},
     {{"--api-key-file"}, true, "file with one API key per line"},
@@ -470,6 +473,7 @@ int cmd_serve(int argc, char** argv) {
         LoadRequest lr;
         lr.path = model_paths[i];
         lr.alias = i < aliases.size() ? aliases[i] : "";
+        if (i == 0) lr.draft_path = args->get("--model-draft").value_or("");
         Status st = registry->load(lr, /*replace=*/false);
         if (!st.is_ok()) {
             (*server)->shutdown(0);
@@ -482,9 +486,10 @@ int cmd_serve(int argc, char** argv) {
                 continue;
             }
             std::fprintf(stderr,
-                         "ferrox: ready: model %s, %d slots, KV %s %d blocks of %d tokens (%.1f MiB)%s\n",
+                         "ferrox: ready: model %s, %d slots, KV %s %d blocks of %d tokens (%.1f MiB)%s%s%s\n",
                          m.id.c_str(), eo.n_parallel, kv_type_name(eo.kv_type), m.kv_blocks_total, eo.block_size,
-                         static_cast<double>(m.kv_bytes) / (1 << 20), eo.prefix_cache ? ", prefix cache" : "");
+                         static_cast<double>(m.kv_bytes) / (1 << 20), eo.prefix_cache ? ", prefix cache" : "",
+                         lr.draft_path.empty() ? "" : ", draft model ", lr.draft_path.c_str());
         }
     }
 

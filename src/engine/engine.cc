@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "engine/text_stream.h"
 #include "engine/prompt_lookup.h"
+#include "kernels/ops.h"
 
 namespace ferrox {
 
@@ -53,6 +54,10 @@ struct Engine::Seq {
     std::vector<int32_t> draft;
     int draft_row0 = 0;
     double spec_trials = 0, spec_hits = 0;
+    // With a draft model: the sequence's KV in the draft pool, and how many of its leading
+    // tokens it holds (tokens[0, d_in_kv); past a rejected draft token it holds no more).
+    std::unique_ptr<SeqKv> dkv;
+    int d_in_kv = 0;
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
     // Positions to compute before decoding: the prompt, or, after a preemption, every token
@@ -115,8 +120,27 @@ double Engine::StepCost::predict(int n) const {
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
     : model_(std::move(model)), opts_(opts) {}
 
+// A draft model must speak the target's vocabulary: the same text for every id both have, and
+// at most 128 ids more or fewer (llama.cpp's rule: sizes padded differently within a family).
+static Status check_draft_vocab(const LoadedModel& target, const LoadedModel& draft) {
+    const int nt = target.forward_model().n_vocab(), nd = draft.forward_model().n_vocab();
+    const std::string which = "the draft model " + draft.path;
+    if (std::abs(nt - nd) > 128) {
+        return invalid_argument(which + " has " + std::to_string(nd) + " tokens, the model " + std::to_string(nt) +
+                                ": not the same vocabulary");
+    }
+    for (int id = 0; id < std::min(nt, nd); ++id) {
+        if (target.tokenizer->token_to_piece(id, true) != draft.tokenizer->token_to_piece(id, true)) {
+            return invalid_argument(which + " has another vocabulary: token " + std::to_string(id) + " is '" +
+                                    std::string(draft.tokenizer->token_to_piece(id, true)) + "', not '" +
+                                    std::string(target.tokenizer->token_to_piece(id, true)) + "'");
+        }
+    }
+    return Status::ok();
+}
+
 Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> model,
-                                                 const EngineOptions& opts) {
+                                                 const EngineOptions& opts, std::shared_ptr<LoadedModel> draft) {
     if (!model || (!model->model && !model->stand_in) || !model->tokenizer) return invalid_argument("no model");
     if (opts.n_parallel < 1 || opts.block_size < 1 || opts.n_ctx < 1 || opts.max_batch_tokens < 2) {
         return invalid_argument("engine options out of range");
@@ -143,6 +167,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> mo
     const int64_t rows = std::min<int64_t>(static_cast<int64_t>(opts.n_parallel) * (1 + std::max(0, opts.draft_max)) + 1,
                                            std::max(e->opts_.max_batch_tokens, opts.n_parallel + 1));
     e->logits_.resize(static_cast<size_t>(rows) * m.n_vocab());
+    if (draft) {
+        if ((!draft->model && !draft->stand_in) || !draft->tokenizer) return invalid_argument("no draft model");
+        FERROX_RETURN_IF_ERROR(check_draft_vocab(*e->model_, *draft));
+        const ForwardModel& d = draft->forward_model();
+        FERROX_RETURN_IF_ERROR(d.check_kv_type(opts.kv_type));
+        // As many tokens as the target's pool; its sequences share no prefix.
+        e->draft_kv_ = std::make_unique<KvPool>(d.kv_geometry(opts.block_size, opts.kv_type), static_cast<int>(n_blocks));
+        e->draft_vocab_ = std::min(m.n_vocab(), d.n_vocab());
+        e->draft_logits_.resize(static_cast<size_t>(opts.n_parallel) * d.n_vocab());
+        e->draft_batch_.tokens.reserve(std::min(e->opts_.max_batch_tokens, d.max_batch_tokens()));
+        e->draft_ = std::move(draft);
+    }
     e->update_gauges();
     e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
     e->batch_.seqs.reserve(opts.n_parallel + 1);
@@ -369,6 +405,8 @@ void Engine::publish_blocks(Seq& s) {
 void Engine::preempt(Seq& s) {
     s.kv->clear();
     s.kv.reset();
+    s.dkv.reset();
+    s.d_in_kv = 0;
     s.n_in_kv = 0;
     s.n_published = 0;
     s.chain = -1;
@@ -558,7 +596,7 @@ void Engine::add_drafts(int n_decode, int budget) {
     int n_rows = 0;
     for (const BatchSeq& b : batch_.seqs) n_rows += b.want_logits ? 1 : 0;
     const int n_tokens = static_cast<int>(batch_.tokens.size());
-    if (opts_.spec_ngram <= 0 || opts_.draft_max <= 0 || n_decode == 0 || budget <= 0) return;
+    if ((!draft_ && opts_.spec_ngram <= 0) || opts_.draft_max <= 0 || n_decode == 0 || budget <= 0) return;
     const double t_plain = opts_.spec_unpriced ? 1 : step_cost_.predict(n_tokens);
     if (t_plain <= 0) return;  // no step timed yet
     // Candidates: each sequence's lookup, up to its limits.
@@ -571,13 +609,24 @@ void Engine::add_drafts(int n_decode, int budget) {
         int k_max = s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max;
         // It emits at most max_total - tokens tokens: the step's own one, then drafts.
         k_max = std::min({k_max, budget, s.max_total - static_cast<int>(s.tokens.size()) - 1});
+        const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
+        if (draft_) {
+            // The draft model proposes as many as the step takes (model_drafts, below), within
+            // its own context.
+            if (!allowed || k_max <= 0 ||
+                static_cast<int64_t>(s.tokens.size()) + k_max > draft_->forward_model().max_ctx()) {
+                drift_to_prior(s);
+                continue;
+            }
+            cands.push_back({&s, alpha, alpha, 0, k_max});
+            continue;
+        }
         if (allowed && k_max > 0) ngram_draft(s.tokens, opts_.spec_ngram, k_max, &s.draft);
         if (s.draft.empty()) {
             drift_to_prior(s);
             continue;
         }
-        const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
-        cands.push_back({&s, alpha, alpha, 0});
+        cands.push_back({&s, alpha, alpha, 0, static_cast<int>(s.draft.size())});
     }
     if (cands.empty()) return;
     // Most likely draft tokens first; keep the best prefix of that order.
@@ -585,17 +634,25 @@ void Engine::add_drafts(int n_decode, int budget) {
     order.clear();
     double out = n_rows, best_rate = n_rows / t_plain;
     size_t best_len = 0;
+    // With a draft model, draft token j of a sequence needs the sequence in the draft model's
+    // j-th step: what the steps cost (t_draft) grows with how many sequences each one holds.
+    int round_seqs[StepCost::kMax + 1] = {};
+    double t_draft = 0;
     while (static_cast<int>(order.size()) < budget && n_tokens + static_cast<int>(order.size()) < StepCost::kMax) {
         Cand* c = nullptr;
         for (Cand& x : cands) {
-            if (x.taken < static_cast<int>(x.s->draft.size()) && (!c || x.p > c->p)) c = &x;
+            if (x.taken < x.limit && (!c || x.p > c->p)) c = &x;
         }
         if (!c) break;
         out += c->p;
         c->p *= c->alpha;
         ++c->taken;
         order.push_back(c->s);
-        const double rate = out / step_cost_.predict(n_tokens + static_cast<int>(order.size()));
+        if (draft_ && c->taken <= StepCost::kMax) {
+            const int n = round_seqs[c->taken]++;
+            t_draft += draft_cost_.predict(n + 1) - draft_cost_.predict(n);
+        }
+        const double rate = out / (step_cost_.predict(n_tokens + static_cast<int>(order.size())) + t_draft);
         if (rate > best_rate || opts_.spec_unpriced) {
             best_rate = rate;
             best_len = order.size();
@@ -611,11 +668,12 @@ void Engine::add_drafts(int n_decode, int budget) {
     for (Cand& c : cands) {
         if (c.taken == 0) drift_to_prior(*c.s);
     }
+    if (draft_) model_drafts();
     const int bs = opts_.block_size;
     draft_owner_.clear();
     for (Cand& c : cands) {
         Seq& s = *c.s;
-        int k = c.taken;
+        int k = std::min(c.taken, static_cast<int>(s.draft.size()));
         const int need = (s.n_in_kv + 1 + k + bs - 1) / bs - static_cast<int>(s.kv->blocks().size());
         if (k > 0 && need > 0 && kv_->can_allocate(need + static_cast<int>(running_.size()))) {
             (void)s.kv->reserve(s.n_in_kv + 1 + k);
@@ -639,6 +697,102 @@ void Engine::add_drafts(int n_decode, int budget) {
         const Seq& o = i < n_main ? *in_batch_[i] : *draft_owner_[i - n_main];
         batch_.seqs[i].block_table = o.kv->blocks().data();
         batch_.seqs[i].n_blocks = static_cast<int>(o.kv->blocks().size());
+    }
+}
+
+// The draft model's proposals for the candidates add_drafts chose (DraftCandidate::taken
+// tokens each): a first draft step in which each catches up on the tokens its draft KV lacks
+// (usually the last one or two: the step's own token, and the last accepted draft token) and
+// yields its first draft token, then one step per further token, each feeding the sequences
+// the token before, all greedy. A sequence too far behind (a long prompt, or a reply that
+// drafted nothing for a while) catches up in chunks over the step budget, drafting only once
+// level; one whose draft KV gets no block drafts nothing. Leaves the tokens in Seq::draft
+// (taken or fewer); the target verifies them as any draft.
+void Engine::model_drafts() {
+    ForwardModel& d = draft_->forward_model();
+    const int n_vocab = d.n_vocab();
+    const int budget = std::min(opts_.max_batch_tokens, d.max_batch_tokens());
+    std::vector<Seq*>& active = draft_active_;
+    const auto run = [&]() -> bool {
+        const auto t0 = std::chrono::steady_clock::now();
+        const Status st = d.forward(draft_batch_, *draft_kv_, draft_logits_);
+        if (!st.is_ok()) {
+            FERROX_LOG_WARN("draft model step failed: %s", st.message().c_str());
+            return false;
+        }
+        draft_cost_.observe(static_cast<int>(draft_batch_.tokens.size()),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return true;
+    };
+    const auto propose = [&](Seq& s, int row) {
+        const float* l = draft_logits_.data() + static_cast<size_t>(row) * n_vocab;
+        s.draft.push_back(static_cast<int32_t>(argmax_first(l, draft_vocab_)));
+    };
+    const auto add = [&](Seq& s, const int32_t* toks, int n, bool logits) {
+        BatchSeq b;
+        b.i_begin = static_cast<int>(draft_batch_.tokens.size());
+        b.n_tokens = n;
+        b.n_past = s.d_in_kv;
+        b.block_table = s.dkv->blocks().data();
+        b.n_blocks = static_cast<int>(s.dkv->blocks().size());
+        b.want_logits = logits;
+        draft_batch_.tokens.insert(draft_batch_.tokens.end(), toks, toks + n);
+        draft_batch_.seqs.push_back(b);
+    };
+    draft_batch_.tokens.clear();
+    draft_batch_.seqs.clear();
+    active.clear();
+    int used = 0;
+    for (DraftCandidate& c : draft_cands_) {
+        Seq& s = *c.s;
+        s.draft.clear();
+        if (c.taken == 0) continue;
+        const int n = static_cast<int>(s.tokens.size());
+        const int chunk = std::min(n - s.d_in_kv, budget - used);
+        if (chunk <= 0) {
+            c.taken = 0;
+            continue;
+        }
+        const bool level = s.d_in_kv + chunk == n;
+        if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
+        if (!s.dkv->reserve(level ? n + c.taken - 1 : s.d_in_kv + chunk).is_ok()) {
+            c.taken = 0;
+            continue;
+        }
+        if (!level) c.taken = 0;
+        add(s, s.tokens.data() + s.d_in_kv, chunk, level);
+        used += chunk;
+        active.push_back(&s);
+    }
+    if (active.empty()) return;
+    if (!run()) {
+        for (Seq* s : active) s->dkv.reset(), s->d_in_kv = 0;
+        for (DraftCandidate& c : draft_cands_) c.taken = 0;
+        return;
+    }
+    int row = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+        Seq& s = *active[i];
+        s.d_in_kv += draft_batch_.seqs[i].n_tokens;
+        if (draft_batch_.seqs[i].want_logits) propose(s, row++);
+    }
+    // One step per further draft token, for the sequences that take it.
+    for (int j = 1;; ++j) {
+        draft_batch_.tokens.clear();
+        draft_batch_.seqs.clear();
+        active.clear();
+        for (DraftCandidate& c : draft_cands_) {
+            Seq& s = *c.s;
+            if (c.taken <= j || static_cast<int>(s.draft.size()) != j) continue;
+            add(s, &s.draft.back(), 1, true);
+            active.push_back(&s);
+        }
+        if (active.empty()) return;
+        if (!run()) return;  // the drafts so far stand
+        for (size_t i = 0; i < active.size(); ++i) {
+            ++active[i]->d_in_kv;
+            propose(*active[i], static_cast<int>(i));
+        }
     }
 }
 
@@ -803,6 +957,10 @@ bool Engine::step() {
         spec_accepted_.fetch_add(static_cast<uint64_t>(accepted), std::memory_order_relaxed);
         s.draft.clear();
         if (accepted > 0 && !s.done) publish_blocks(s);
+    }
+    // Draft KV holds a sequence's tokens up to its first rejected draft token.
+    for (Seq* s : in_batch) {
+        if (s->dkv) s->d_in_kv = std::min(s->d_in_kv, s->n_in_kv);
     }
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->done; }),
                    running_.end());

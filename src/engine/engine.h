@@ -65,6 +65,12 @@ struct EngineOptions {
     // with and without speculation, greedy or sampled, seeded or not. How many tokens a
     // sequence drafts is decided per step from its acceptance so far and the measured cost of
     // a batch token (engine.cc, draft_length). spec_ngram 0 or draft_max 0: no speculation.
+    // With a draft model (Engine::create's `draft`), the drafts come from it instead: each
+    // drafting sequence keeps its own KV in a pool of the draft model (as many tokens as the
+    // target's pool), catches up on the tokens it has not seen, and proposes its greedy next
+    // tokens one batched draft step at a time; verification is the same as for prompt lookup,
+    // so the output is again exactly the target's. The number of draft tokens is priced with
+    // the measured cost of draft steps added.
     int spec_ngram = 3;
     int draft_max = 8;
     // Verify every draft token the lookup finds, unpriced (tests and measurements).
@@ -73,8 +79,11 @@ struct EngineOptions {
 
 class Engine {
 public:
+    // `draft`: a smaller model of the same vocabulary (ids and texts; llama.cpp's rule of at
+    // most 128 extra ids) that drafts for speculative decoding; null: prompt lookup.
     static Expected<std::unique_ptr<Engine>> create(std::shared_ptr<LoadedModel> model,
-                                                    const EngineOptions& opts);
+                                                    const EngineOptions& opts,
+                                                    std::shared_ptr<LoadedModel> draft = nullptr);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
@@ -92,6 +101,9 @@ public:
     int kv_blocks() const { return kv_->n_blocks(); }
     size_t kv_block_bytes() const { return kv_->geometry().block_bytes(); }
     const LoadedModel& model() const { return *model_; }
+    // The draft model (null without one) and the bytes of its KV pool.
+    const LoadedModel* draft_model() const { return draft_.get(); }
+    size_t draft_kv_bytes() const { return draft_kv_ ? draft_kv_->geometry().block_bytes() * draft_kv_->n_blocks() : 0; }
     std::shared_ptr<LoadedModel> model_ptr() const { return model_; }
 
     struct Stats {
@@ -124,6 +136,7 @@ private:
     bool step();
     bool grow(Seq& s);
     void add_drafts(int n_decode, int budget);
+    void model_drafts();
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
     void update_gauges();
@@ -137,6 +150,11 @@ private:
     EngineOptions opts_;
     int ceiling_ = 0;
     std::unique_ptr<KvPool> kv_;
+    // Speculation by a draft model: the model, its KV pool (declared before the sequences,
+    // whose draft KV returns to it), its batch, logits and the cost of its steps.
+    std::shared_ptr<LoadedModel> draft_;
+    std::unique_ptr<KvPool> draft_kv_;
+    int draft_vocab_ = 0;  // ids a draft token may take: those both vocabularies have
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
@@ -156,6 +174,7 @@ private:
         Seq* s;
         double alpha, p;  // acceptance estimate; the probability of its next draft token
         int taken;        // draft tokens chosen
+        int limit;        // draft tokens it may take (its lookup's, or the draft model's limit)
     };
     std::vector<DraftCandidate> draft_cands_;
 
@@ -196,7 +215,10 @@ private:
         double t[kMax + 1] = {};  // seconds; 0: no step of n tokens timed yet
         void observe(int n, double seconds);
         double predict(int n) const;  // 0 when nothing is known
-    } step_cost_;
+    } step_cost_, draft_cost_;  // draft_cost_: the draft model's steps
+    Batch draft_batch_;
+    std::vector<float> draft_logits_;
+    std::vector<Seq*> draft_active_;
     Histogram ttft_;  // submit to first token
     Histogram itl_;   // between consecutive tokens of one request
     std::thread thread_;

@@ -48,7 +48,18 @@ Expected<ModelLease> load_served_model(const ModelSpec& spec) {
         if (!rules.has_value()) return rules.status();
         lm.stand_in = make_scripted_model(*lm.model, *lm.tokenizer, std::move(*rules));
     }
-    auto engine = Engine::create(*loaded, spec.engine);
+    std::shared_ptr<LoadedModel> draft;
+    int64_t draft_bytes = 0;
+    if (!spec.draft_path.empty()) {
+        if (!spec.test_script.empty()) return invalid_argument("a scripted model takes no draft model");
+        auto d = load_model(spec.draft_path, spec.model);
+        if (!d.has_value()) return d.status();
+        draft = std::move(*d);
+        std::error_code ec;
+        const auto n = std::filesystem::file_size(spec.draft_path, ec);
+        draft_bytes = ec ? 0 : static_cast<int64_t>(n);
+    }
+    auto engine = Engine::create(*loaded, spec.engine, std::move(draft));
     if (!engine.has_value()) return engine.status();
     ServedModelOptions so = spec.served;
     if (so.alias.empty()) so.alias = spec.alias;
@@ -56,7 +67,7 @@ Expected<ModelLease> load_served_model(const ModelSpec& spec) {
     const auto file_bytes = std::filesystem::file_size(spec.path, ec);
     auto m = ServedModel::create(std::move(*engine), so);
     if (!m.has_value()) return m.status();
-    (*m)->set_weight_bytes(ec ? 0 : static_cast<int64_t>(file_bytes));
+    (*m)->set_weight_bytes((ec ? 0 : static_cast<int64_t>(file_bytes)) + draft_bytes);
     return m;
 }
 
@@ -145,6 +156,7 @@ ModelSpec ModelRegistry::spec_for(const LoadRequest& req) const {
         spec.model.max_ctx = req.n_ctx;
     }
     if (req.n_parallel > 0) spec.engine.n_parallel = req.n_parallel;
+    spec.draft_path = req.draft_path;
     if (!req.test_script.empty()) spec.test_script = req.test_script;
     spec.served.alias = spec.alias;
     return spec;

@@ -37,6 +37,7 @@ struct LoadRequest {
     std::string alias;        // empty: the file stem
     int n_ctx = 0;            // > 0: this model's KV pool in tokens
     int n_parallel = 0;       // > 0: its slots
+    std::string draft_path;   // a draft model for speculative decoding; empty: none
     std::string test_script;  // tests only: replay scripted answers (scripted_model.h)
 };
 enum class ModelState { kLoading, kReady, kDraining };

@@ -16,6 +16,9 @@ struct ModelSpec {
     ModelOptions model;       // threads, max_ctx, batch, mmap
     EngineOptions engine;     // slots, KV pool, prefix cache, queue
     ServedModelOptions served;
+    // A draft model for speculative decoding (same vocabulary), loaded with `model`'s options;
+    // empty: prompt lookup drafts.
+    std::string draft_path;
     std::string test_script;  // tests only: replay scripted answers (scripted_model.h)
 };
 

@@ -91,7 +91,9 @@ Expected<std::shared_ptr<ServedModel>> ServedModel::create(std::unique_ptr<Engin
     info.kv_type = kv_type_name(eo.kv_type);
     info.kv_block_size = eo.block_size;
     info.kv_blocks = engine->kv_blocks();
-    info.kv_bytes = static_cast<int64_t>(engine->kv_block_bytes()) * engine->kv_blocks();
+    info.kv_bytes = static_cast<int64_t>(engine->kv_block_bytes()) * engine->kv_blocks() +
+                    static_cast<int64_t>(engine->draft_kv_bytes());
+    if (engine->draft_model()) info.draft_model = engine->draft_model()->path;
     info.prefix_cache = eo.prefix_cache;
     info.n_parallel = eo.n_parallel;
     info.chat_template = m->prompt_->template_source();

@@ -51,6 +51,7 @@ struct ModelInfo {
     uint64_t generation = 0;    // which load of its alias this is (the registry counts)
     std::string chat_template;  // the source in use (the override, the model's, or ChatML)
     std::string tool_format;    // the tool-call family parsed from answers
+    std::string draft_model;    // the draft model's file (speculative decoding), or empty
     ModelKind kind = ModelKind::kGenerate;
     // Embedding models: n_embd is the vector's size, n_ctx the longest input in tokens.
     std::string pooling;        // "mean", "cls", "last"

@@ -299,14 +299,15 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
             params.push_back(p);
         }
     }
-    auto run = [&](int spec_ngram, int n_parallel, int n_ctx, int block_size) {
+    auto run = [&](int spec_ngram, int n_parallel, int n_ctx, int block_size,
+                   std::shared_ptr<LoadedModel> draft = nullptr) {
         EngineOptions eo;
         eo.n_parallel = n_parallel;
         eo.n_ctx = n_ctx;
         eo.block_size = block_size;
         eo.spec_ngram = spec_ngram;
         eo.spec_unpriced = true;  // every draft found is verified: deterministic counts
-        auto e = Engine::create(*model_, eo);
+        auto e = Engine::create(*model_, eo, std::move(draft));
         EXPECT_TRUE(e.has_value());
         std::vector<std::unique_ptr<Collector>> cs;
         for (size_t i = 0; i < prompts.size(); ++i) {
@@ -325,13 +326,21 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
     auto [alone, alone_stats] = run(3, 1, 1024, 16);
     auto [batched, batched_stats] = run(3, 6, 2048, 16);
     auto [preempted, preempted_stats] = run(3, 6, 320, 8);  // 40 blocks of 8 for six of up to ~90
+    // A draft model (the model itself: its drafts, computed over its own KV, are nearly always
+    // the greedy choice; sampled answers reject many), alone and batched with preemption.
+    auto [drafted, drafted_stats] = run(0, 1, 1024, 16, *model_);
+    auto [drafted_pre, drafted_pre_stats] = run(0, 6, 256, 8, *model_);
+    EXPECT_GT(drafted_stats.spec_accepted, 100u);
+    EXPECT_LT(drafted_stats.spec_accepted, drafted_stats.spec_drafted);
+    EXPECT_GT(drafted_pre_stats.spec_accepted, 100u);
+    EXPECT_GT(drafted_pre_stats.n_preemptions, 0u);
     EXPECT_GT(alone_stats.spec_accepted, 20u);
     EXPECT_GT(batched_stats.spec_accepted, 20u);
     EXPECT_GT(preempted_stats.spec_accepted, 20u);
     EXPECT_LT(alone_stats.spec_accepted, alone_stats.spec_drafted);  // some drafts were wrong
     EXPECT_GT(preempted_stats.n_preemptions, 0u);
     for (size_t i = 0; i < prompts.size(); ++i) {
-        for (auto* other : {&alone, &batched, &preempted}) {
+        for (auto* other : {&alone, &batched, &preempted, &drafted, &drafted_pre}) {
             const Collector& c = *(*other)[i];
             EXPECT_EQ(c.text, plain[i]->text) << i;
             EXPECT_EQ(c.last.finish, plain[i]->last.finish) << i;
@@ -343,6 +352,19 @@ TEST_F(EngineTest, SpeculationChangesNoToken) {
             }
         }
     }
+}
+
+// A draft model of another vocabulary is refused with a line naming the difference.
+TEST_F(EngineTest, DraftModelOfAnotherVocabularyIsAnError) {
+    const std::string gemma = std::string(FERROX_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+    if (!std::filesystem::exists(gemma)) GTEST_SKIP() << gemma << " is missing: run `make model`";
+    ModelOptions mo;
+    mo.n_threads = 1;
+    auto d = load_model(gemma, mo);
+    ASSERT_TRUE(d.has_value()) << d.status().message();
+    auto e = Engine::create(*model_, EngineOptions{}, std::move(*d));
+    ASSERT_FALSE(e.has_value());
+    EXPECT_NE(e.status().message().find("not the same vocabulary"), std::string::npos) << e.status().message();
 }
 
 TEST_F(EngineTest, CancelFreesEverything) {

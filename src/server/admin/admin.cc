@@ -78,6 +78,7 @@ void route_load(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
     bool replace = false, wait = true;
     int64_t n_ctx = 0, n_parallel = 0;
     if (!f.string("path", &lr.path, &err) || !f.string("alias", &lr.alias, &err) ||
+        !f.string("draft_model", &lr.draft_path, &err) ||
         !f.boolean("replace", &replace, &err) || !f.boolean("wait", &wait, &err) ||
         !f.integer("n_ctx", 0, 1 << 22, &n_ctx, &err) || !f.integer("n_parallel", 0, 256, &n_parallel, &err))
         return send(*res, err);

@@ -91,6 +91,7 @@ void route_props(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponde
           {"prefix_cache", info.prefix_cache}}},
         {"build_info", "ferrox"},
     };
+    if (!info.draft_model.empty()) props["speculative"] = {{"draft_model", info.draft_model}};
     res->send(200, dump(props));
 }
 
