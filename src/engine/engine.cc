@@ -609,7 +609,12 @@ void Engine::add_drafts(int n_decode, int budget) {
         int k_max = s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max;
         // It emits at most max_total - tokens tokens: the step's own one, then drafts.
         k_max = std::min({k_max, budget, s.max_total - static_cast<int>(s.tokens.size()) - 1});
-        const double alpha = (s.spec_hits + kPriorAccept * kPriorTrials) / (s.spec_trials + kPriorTrials);
+        // A draft model's acceptance is much the same from one request to the next: a sequence
+        // without history starts from the engine's recent rate (prompt lookup's depends on the
+        // text: its prior is fixed).
+        const double prior = draft_ ? (model_hits_ + kPriorAccept * kPriorTrials) / (model_trials_ + kPriorTrials)
+                                    : kPriorAccept;
+        const double alpha = (s.spec_hits + prior * kPriorTrials) / (s.spec_trials + kPriorTrials);
         if (draft_) {
             // The draft model proposes as many as the step takes (model_drafts, below), within
             // its own context.
@@ -953,6 +958,11 @@ bool Engine::step() {
         constexpr double kDecay = 0.85;
         s.spec_trials = s.spec_trials * kDecay + accepted + (rejected ? 1 : 0);
         s.spec_hits = s.spec_hits * kDecay + accepted;
+        if (draft_) {
+            constexpr double kModelDecay = 0.98;
+            model_trials_ = model_trials_ * kModelDecay + accepted + (rejected ? 1 : 0);
+            model_hits_ = model_hits_ * kModelDecay + accepted;
+        }
         spec_drafted_.fetch_add(static_cast<uint64_t>(k), std::memory_order_relaxed);
         spec_accepted_.fetch_add(static_cast<uint64_t>(accepted), std::memory_order_relaxed);
         s.draft.clear();

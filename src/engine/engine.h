@@ -155,6 +155,7 @@ private:
     std::shared_ptr<LoadedModel> draft_;
     std::unique_ptr<KvPool> draft_kv_;
     int draft_vocab_ = 0;  // ids a draft token may take: those both vocabularies have
+    double model_trials_ = 0, model_hits_ = 0;  // decayed counts over every sequence's drafts
 
     mutable std::mutex mu_;
     std::condition_variable cv_;

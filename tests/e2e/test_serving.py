@@ -292,3 +292,40 @@ def test_q8_0_kv_cache_answers_coherently(q8_server):
     client = client_of(q8_server)
     r = client.completions.create(model=ID, prompt="The capital of France is", max_tokens=8, temperature=0)
     assert "Paris" in r.choices[0].text, r.choices[0].text
+
+
+GEMMA = os.path.join(os.path.dirname(MODEL), "gemma-3-270m-q4_k_m.gguf")
+
+
+def test_draft_model_speculation_keeps_the_answers():
+    """-md: the default model drafts for itself (the only model of its vocabulary here). Greedy
+    answers with speculation are the answers without it ("speculative": false), drafts were
+    accepted, and /props names the draft model."""
+    s = _start("-c", "2048", "-np", "2", "-md", MODEL)
+    try:
+        props = httpx.get(s.base + "/props", timeout=10).json()
+        assert props["speculative"]["draft_model"] == MODEL
+        c = client_of(s)
+        before = metrics(s)["ferrox_spec_accepted_tokens_total"]
+        asks = ["Repeat exactly: the quick brown fox jumps over the lazy dog, twice.",
+                "Write a haiku about winter."]
+        for ask in asks:
+            texts = []
+            for spec in (True, False):
+                r = c.chat.completions.create(model=ID, messages=[{"role": "user", "content": ask}],
+                                              max_tokens=48, temperature=0,
+                                              extra_body={} if spec else {"speculative": False})
+                texts.append(r.choices[0].message.content)
+            assert texts[0] == texts[1]
+        assert metrics(s)["ferrox_spec_accepted_tokens_total"] > before
+        wait_idle(s)
+    finally:
+        assert s.stop() == 0
+
+
+def test_draft_model_of_another_vocabulary_is_a_one_line_error():
+    if not os.path.exists(GEMMA):
+        pytest.skip(f"{GEMMA} is missing: run `make model`")
+    with pytest.raises(RuntimeError) as e:
+        _start("-md", GEMMA)
+    assert "not the same vocabulary" in str(e.value)
