@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/engine.h"
@@ -61,6 +62,9 @@ struct Row {
 class FakeModel final : public ForwardModel {
   public:
     static constexpr int kKvDim = 32;  // F16 rows of 64 bytes, Q8_0 rows of 34
+    // wrong_one_in > 0: a draft model's stand-in, whose next token is another one after about
+    // one history in wrong_one_in (so some drafts are rejected).
+    explicit FakeModel(int wrong_one_in = 0) : wrong_one_in_(wrong_one_in) {}
 
     int n_vocab() const override { return kVocab; }
     int max_ctx() const override { return 8192; }
@@ -112,6 +116,11 @@ class FakeModel final : public ForwardModel {
         return error_;
     }
     int max_seqs_per_batch() const { return max_seqs_.load(); }
+    // The histories (hashes) this model produced logits after.
+    std::unordered_set<uint64_t> histories() {
+        std::lock_guard<std::mutex> lk(mu_);
+        return histories_;
+    }
 
   private:
     Status run(const Batch& batch, KvPool& kv, std::span<float> logits) {
@@ -173,7 +182,13 @@ class FakeModel final : public ForwardModel {
                 }
                 float* row = logits.data() + static_cast<size_t>(n_logits++) * kVocab;
                 std::fill(row, row + kVocab, 0.0f);
-                row[next_token(h)] = 1.0f;
+                {
+                    std::lock_guard<std::mutex> lk(mu_);
+                    histories_.insert(h);
+                }
+                int32_t t = next_token(h);
+                if (wrong_one_in_ > 0 && mix(h, -3) % wrong_one_in_ == 0) t = 1 + t % (kVocab - 1);
+                row[t] = 1.0f;
             }
         }
         if (n_tok != static_cast<int>(batch.tokens.size()))
@@ -182,11 +197,13 @@ class FakeModel final : public ForwardModel {
         return Status::ok();
     }
 
+    const int wrong_one_in_;
     std::mutex mu_;
     std::condition_variable cv_;
     int hold_from_ = -1;  // forwards from this one on wait for release(); -1: none
     int n_forward_ = 0;
     std::string error_;
+    std::unordered_set<uint64_t> histories_;
     std::atomic<int> max_seqs_{0};
     std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
 };
@@ -194,7 +211,7 @@ class FakeModel final : public ForwardModel {
 // Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).
 std::string piece(int32_t t) { return t == kEos ? "" : "[" + std::to_string(t) + "]"; }
 
-std::shared_ptr<LoadedModel> make_fake_model() {
+std::shared_ptr<LoadedModel> make_fake_model(int wrong_one_in = 0) {
     VocabSpec spec;
     spec.kind = VocabKind::kBpe;
     spec.pre = "default";
@@ -210,7 +227,7 @@ std::shared_ptr<LoadedModel> make_fake_model() {
     auto m = std::make_shared<LoadedModel>();
     m->name = "fake";
     m->tokenizer = std::move(*tok);
-    m->stand_in = std::make_unique<FakeModel>();
+    m->stand_in = std::make_unique<FakeModel>(wrong_one_in);
     return m;
 }
 
@@ -322,8 +339,9 @@ struct Tracker {
     }
 };
 
-std::unique_ptr<Engine> make_engine(std::shared_ptr<LoadedModel> m, const EngineOptions& eo) {
-    auto e = Engine::create(std::move(m), eo);
+std::unique_ptr<Engine> make_engine(std::shared_ptr<LoadedModel> m, const EngineOptions& eo,
+                                    std::shared_ptr<LoadedModel> draft = nullptr) {
+    auto e = Engine::create(std::move(m), eo, std::move(draft));
     EXPECT_TRUE(e.has_value()) << e.status().message();
     return e ? std::move(*e) : nullptr;
 }
@@ -351,10 +369,13 @@ struct MixConfig {
     bool want_hits;       // the mix must reuse cached prefixes
     int want_preemption;  // 1: must preempt, 0: must not, -1: either
     uint32_t seed;
+    // > 0: a draft model (a fake whose next token is wrong after one history in `draft`, with
+    // its own KV pool, as full of other histories as the target's) drafts every step.
+    int draft = 0;
 };
 
 EngineOptions options(int n_parallel, int n_ctx, int block_size, int max_batch, bool cache = true,
-                      KvType type = KvType::kF16) {
+                      KvType type = KvType::kF16, bool unpriced = false) {
     EngineOptions eo;
     eo.n_parallel = n_parallel;
     eo.n_ctx = n_ctx;
@@ -363,6 +384,7 @@ EngineOptions options(int n_parallel, int n_ctx, int block_size, int max_batch, 
     eo.prefix_cache = cache;
     eo.kv_type = type;
     eo.max_queue = 1 << 20;
+    eo.spec_unpriced = unpriced;
     return eo;
 }
 
@@ -374,8 +396,9 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     const MixConfig& cfg = GetParam();
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
+    auto draft = cfg.draft > 0 ? make_fake_model(cfg.draft) : nullptr;
     Tracker tr;  // outlives the engine, whose shutdown still calls sinks
-    auto engine = make_engine(model, cfg.eo);
+    auto engine = make_engine(model, cfg.eo, draft);
     ASSERT_TRUE(engine);
     ReleaseOnExit guard{fake};
     const int bs = cfg.eo.block_size;
@@ -555,6 +578,24 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     }
     EXPECT_EQ(fake.error(), "");
     const Engine::Stats st = engine->stats();
+    if (draft) {
+        // Every draft step read back its sequences' own histories from the draft pool.
+        EXPECT_EQ(fake_of(draft).error(), "") << cfg.name;
+        EXPECT_GT(st.spec_accepted, 100u) << cfg.name;
+        EXPECT_LT(st.spec_accepted, st.spec_drafted) << cfg.name;
+        // The draft model drafted from histories the target then verified (a draft model that
+        // read a stale row continues a history the target never sees). Only drafts a
+        // preemption discards before their verification go unseen.
+        const auto target_seen = fake.histories();
+        const auto draft_seen = fake_of(draft).histories();
+        size_t unseen = 0;
+        for (uint64_t h : draft_seen) unseen += target_seen.count(h) == 0;
+        if (cfg.want_preemption == 0) {
+            EXPECT_EQ(unseen, 0u) << cfg.name;
+        } else {
+            EXPECT_LT(unseen * 10, draft_seen.size()) << cfg.name;
+        }
+    }
     EXPECT_EQ(st.kv_blocks_used, 0);
     if (cfg.want_hits) {
         EXPECT_GT(st.prefix_hit_tokens, 0u) << cfg.name;
@@ -605,7 +646,13 @@ INSTANTIATE_TEST_SUITE_P(
                   1, 7},
         // A pool that never runs out: no preemption.
         MixConfig{"big_pool_bs16_np8", options(8, 4096, 16, 128), 400, 200, 40, kVocab - 1, true, 0,
-                  8}),
+                  8},
+        // A draft model, every draft verified: with preemption, chunked catch-up and a draft
+        // pool that runs out (the target's shares prefixes, the draft's does not); and with room.
+        MixConfig{"draft_bs4_pool256_np8", options(8, 256, 4, 32, true, KvType::kF16, true), 400,
+                  200, 40, kVocab - 1, true, 1, 9, 10},
+        MixConfig{"draft_big_pool_bs16_np8", options(8, 4096, 16, 128, true, KvType::kF16, true),
+                  300, 200, 40, kVocab - 1, true, 0, 10, 10}),
     [](const ::testing::TestParamInfo<MixConfig>& info) { return std::string(info.param.name); });
 
 // ---- Directed cases ----
