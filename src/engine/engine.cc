@@ -58,6 +58,7 @@ struct Engine::Seq {
     // tokens it holds (tokens[0, d_in_kv); past a rejected draft token it holds no more).
     std::unique_ptr<SeqKv> dkv;
     int d_in_kv = 0;
+    bool d_off = false;  // it holds a token the draft model lacks: no draft model for it
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
     // Positions to compute before decoding: the prompt, or, after a preemption, every token
@@ -120,6 +121,23 @@ double Engine::StepCost::predict(int n) const {
 Engine::Engine(std::shared_ptr<LoadedModel> model, const EngineOptions& opts)
     : model_(std::move(model)), opts_(opts) {}
 
+// A token's text on one line: control bytes as \xNN.
+static std::string printable(std::string_view piece) {
+    std::string out;
+    for (const char ch : piece) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c >= 0x20 && c != 0x7f) {
+            out += ch;
+        } else {
+            static const char kHex[] = "0123456789abcdef";
+            out += "\\x";
+            out += kHex[c >> 4];
+            out += kHex[c & 15];
+        }
+    }
+    return out;
+}
+
 // A draft model must speak the target's vocabulary: the same text for every id both have, and
 // at most 128 ids more or fewer (llama.cpp's rule: sizes padded differently within a family).
 static Status check_draft_vocab(const LoadedModel& target, const LoadedModel& draft) {
@@ -132,8 +150,8 @@ static Status check_draft_vocab(const LoadedModel& target, const LoadedModel& dr
     for (int id = 0; id < std::min(nt, nd); ++id) {
         if (target.tokenizer->token_to_piece(id, true) != draft.tokenizer->token_to_piece(id, true)) {
             return invalid_argument(which + " has another vocabulary: token " + std::to_string(id) + " is '" +
-                                    std::string(draft.tokenizer->token_to_piece(id, true)) + "', not '" +
-                                    std::string(target.tokenizer->token_to_piece(id, true)) + "'");
+                                    printable(draft.tokenizer->token_to_piece(id, true)) + "', not '" +
+                                    printable(target.tokenizer->token_to_piece(id, true)) + "'");
         }
     }
     return Status::ok();
@@ -171,7 +189,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> mo
         if ((!draft->model && !draft->stand_in) || !draft->tokenizer) return invalid_argument("no draft model");
         FERROX_RETURN_IF_ERROR(check_draft_vocab(*e->model_, *draft));
         const ForwardModel& d = draft->forward_model();
-        FERROX_RETURN_IF_ERROR(d.check_kv_type(opts.kv_type));
+        if (Status st = d.check_kv_type(opts.kv_type); !st.is_ok()) {
+            return Status(st.code(), "the draft model " + draft->path + ": " + st.message());
+        }
+        // Drafts stop where the draft model's trained context does (its positions past it are
+        // noise, and their rejections would price drafting out for every sequence).
+        e->draft_ctx_ = std::min(d.max_ctx(), d.n_ctx_train());
         // As many tokens as the target's pool; its sequences share no prefix.
         e->draft_kv_ = std::make_unique<KvPool>(d.kv_geometry(opts.block_size, opts.kv_type), static_cast<int>(n_blocks));
         e->draft_vocab_ = std::min(m.n_vocab(), d.n_vocab());
@@ -577,6 +600,15 @@ void Engine::admit() {
     update_gauges();
 }
 
+// A step in which the draft model proposes nothing: its engine-wide rate drifts back toward
+// the prior, as a sequence's estimate does (a bad stretch, sampled or constrained requests,
+// would otherwise price it out for every later request, with no trial to show it recovered).
+void Engine::drift_model_rate() {
+    if (!draft_) return;
+    model_hits_ *= 0.97;
+    model_trials_ *= 0.97;
+}
+
 // Speculative decoding: the decoding sequences (the first n_decode entries of the batch) draft
 // tokens by prompt lookup, from what is left of the step's token budget. Which draft tokens
 // are verified is priced: draft token j of a sequence is accepted with probability alpha^j
@@ -619,7 +651,9 @@ void Engine::add_drafts(int n_decode, int budget) {
             // The draft model proposes as many as the step takes (model_drafts, below), within
             // its own context.
             if (!allowed || k_max <= 0 ||
-                static_cast<int64_t>(s.tokens.size()) + k_max > draft_->forward_model().max_ctx()) {
+                static_cast<int64_t>(s.tokens.size()) + k_max > draft_ctx_ || s.d_off) {
+                // A sequence that will not draft soon gives its draft KV back.
+                if (s.dkv && (!allowed || s.d_off || k_max <= 0)) s.dkv.reset(), s.d_in_kv = 0;
                 drift_to_prior(s);
                 continue;
             }
@@ -633,7 +667,10 @@ void Engine::add_drafts(int n_decode, int budget) {
         }
         cands.push_back({&s, alpha, alpha, 0, static_cast<int>(s.draft.size())});
     }
-    if (cands.empty()) return;
+    if (cands.empty()) {
+        drift_model_rate();
+        return;
+    }
     // Most likely draft tokens first; keep the best prefix of that order.
     std::vector<Seq*>& order = draft_order_;
     order.clear();
@@ -667,6 +704,7 @@ void Engine::add_drafts(int n_decode, int budget) {
     for (size_t i = 0; i < best_len; ++i) {
         for (Cand& c : cands) c.taken += c.s == order[i] ? 1 : 0;
     }
+    if (best_len == 0) drift_model_rate();
     // A draft priced out is no trial either: without the drift a sequence whose first drafts
     // failed would never be tried again (its estimate only moves on trials), however well
     // its lookups would now do (a reply that falls into a loop after a bad start).
@@ -711,7 +749,9 @@ void Engine::add_drafts(int n_decode, int budget) {
 // yields its first draft token, then one step per further token, each feeding the sequences
 // the token before, all greedy. A sequence too far behind (a long prompt, or a reply that
 // drafted nothing for a while) catches up in chunks over the step budget, drafting only once
-// level; one whose draft KV gets no block drafts nothing. Leaves the tokens in Seq::draft
+// level, after the sequences that are level. In a full draft pool a sequence drafts what its
+// blocks allow, and one that cannot take its next tokens gives its blocks back (kept, they
+// would stall every sequence at its next block boundary). Leaves the tokens in Seq::draft
 // (taken or fewer); the target verifies them as any draft.
 void Engine::model_drafts() {
     ForwardModel& d = draft_->forward_model();
@@ -747,27 +787,55 @@ void Engine::model_drafts() {
     draft_batch_.tokens.clear();
     draft_batch_.seqs.clear();
     active.clear();
+    for (DraftCandidate& c : draft_cands_) c.s->draft.clear();
     int used = 0;
-    for (DraftCandidate& c : draft_cands_) {
-        Seq& s = *c.s;
-        s.draft.clear();
-        if (c.taken == 0) continue;
-        const int n = static_cast<int>(s.tokens.size());
-        const int chunk = std::min(n - s.d_in_kv, budget - used);
-        if (chunk <= 0) {
-            c.taken = 0;
-            continue;
+    // Sequences one or two tokens behind first (they draft this step), then those catching up
+    // on a prompt, in chunks over what the step budget leaves.
+    constexpr int kNearlyLevel = 8;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (DraftCandidate& c : draft_cands_) {
+            Seq& s = *c.s;
+            if (c.taken == 0) continue;
+            const int n = static_cast<int>(s.tokens.size());
+            if ((n - s.d_in_kv <= kNearlyLevel) != (pass == 0)) continue;
+            const int chunk = std::min(n - s.d_in_kv, budget - used);
+            if (chunk <= 0) {
+                c.taken = 0;
+                continue;
+            }
+            // A token the draft model lacks (the target's vocabulary may be up to 128 longer: a
+            // token-id prompt, a special token of a fine-tuned target): no drafts for this one.
+            const int32_t* toks = s.tokens.data() + s.d_in_kv;
+            if (std::any_of(toks, toks + chunk, [&](int32_t t) { return t < 0 || t >= n_vocab; })) {
+                s.d_off = true;
+                s.dkv.reset();
+                s.d_in_kv = 0;
+                c.taken = 0;
+                continue;
+            }
+            const bool level = s.d_in_kv + chunk == n;
+            if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
+            // A full draft pool: draft what the blocks held allow; a sequence that cannot even
+            // take its next tokens gives its blocks back, so that the others can go on drafting.
+            if (!s.dkv->reserve(level ? n + c.taken - 1 : s.d_in_kv + chunk).is_ok()) {
+                const int room = s.dkv->capacity() - s.d_in_kv;
+                if (level && room >= chunk) {
+                    c.taken = std::min(c.taken, room - chunk + 1);
+                } else if (!level && room > 0) {
+                    // catch up on what fits
+                } else {
+                    s.dkv.reset();
+                    s.d_in_kv = 0;
+                    c.taken = 0;
+                    continue;
+                }
+            }
+            const int take = std::min(chunk, s.dkv->capacity() - s.d_in_kv);
+            if (take < chunk || !level) c.taken = 0;
+            add(s, toks, take, take == chunk && level);
+            used += take;
+            active.push_back(&s);
         }
-        const bool level = s.d_in_kv + chunk == n;
-        if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
-        if (!s.dkv->reserve(level ? n + c.taken - 1 : s.d_in_kv + chunk).is_ok()) {
-            c.taken = 0;
-            continue;
-        }
-        if (!level) c.taken = 0;
-        add(s, s.tokens.data() + s.d_in_kv, chunk, level);
-        used += chunk;
-        active.push_back(&s);
     }
     if (active.empty()) return;
     if (!run()) {

@@ -136,6 +136,7 @@ private:
     bool step();
     bool grow(Seq& s);
     void add_drafts(int n_decode, int budget);
+    void drift_model_rate();
     void model_drafts();
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
@@ -155,6 +156,7 @@ private:
     std::shared_ptr<LoadedModel> draft_;
     std::unique_ptr<KvPool> draft_kv_;
     int draft_vocab_ = 0;  // ids a draft token may take: those both vocabularies have
+    int draft_ctx_ = 0;    // the draft model's context: no drafts past it
     double model_trials_ = 0, model_hits_ = 0;  // decayed counts over every sequence's drafts
 
     mutable std::mutex mu_;

@@ -63,12 +63,14 @@ class FakeModel final : public ForwardModel {
   public:
     static constexpr int kKvDim = 32;  // F16 rows of 64 bytes, Q8_0 rows of 34
     // wrong_one_in > 0: a draft model's stand-in, whose next token is another one after about
-    // one history in wrong_one_in (so some drafts are rejected).
-    explicit FakeModel(int wrong_one_in = 0) : wrong_one_in_(wrong_one_in) {}
+    // one history in wrong_one_in (so some drafts are rejected). n_vocab < kVocab: a draft
+    // model that lacks the last ids (it refuses them as input, as a model does).
+    explicit FakeModel(int wrong_one_in = 0, int n_vocab = kVocab)
+        : wrong_one_in_(wrong_one_in), n_vocab_(n_vocab) {}
 
-    int n_vocab() const override { return kVocab; }
+    int n_vocab() const override { return n_vocab_; }
     int max_ctx() const override { return 8192; }
-    int n_ctx_train() const override { return 8192; }
+    int n_ctx_train() const override { return ctx_train_; }
     int max_batch_tokens() const override { return 1024; }
     KvGeometry kv_geometry(int block_size, KvType type) const override {
         return {1, kKvDim, block_size, type};
@@ -76,6 +78,10 @@ class FakeModel final : public ForwardModel {
     Status check_kv_type(KvType) const override { return Status::ok(); }
 
     Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override {
+        if (const int us = step_us_.load(); us > 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(
+                us + token_us_.load() * static_cast<int>(batch.tokens.size())));
+        }
         {
             std::unique_lock<std::mutex> lk(mu_);
             ++n_forward_;
@@ -116,6 +122,13 @@ class FakeModel final : public ForwardModel {
         return error_;
     }
     int max_seqs_per_batch() const { return max_seqs_.load(); }
+    // Steps that take time, as a model's do: us plus per_token for each batch token.
+    void set_step_time(int us, int per_token_us) {
+        step_us_ = us;
+        token_us_ = per_token_us;
+    }
+    void set_wrong_one_in(int n) { wrong_one_in_ = n; }
+    void set_ctx_train(int n) { ctx_train_ = n; }  // before the engine is made
     // The histories (hashes) this model produced logits after.
     std::unordered_set<uint64_t> histories() {
         std::lock_guard<std::mutex> lk(mu_);
@@ -172,23 +185,31 @@ class FakeModel final : public ForwardModel {
                     return internal_error("fake: two sequences write block " + std::to_string(b));
                 }
                 const int32_t t = batch.tokens[s.i_begin + i];
+                if (p >= ctx_train_) {
+                    return internal_error("fake: position " + std::to_string(p) +
+                                          " past the trained context");
+                }
+                if (t < 0 || t >= n_vocab_) {
+                    return internal_error("fake: token id " + std::to_string(t) + " out of range");
+                }
                 h = mix(h, t);
                 const Row r{t, p, h};
                 std::memcpy(row_at(p), &r, sizeof r);
             }
             if (s.want_logits) {
-                if (static_cast<size_t>(n_logits + 1) * kVocab > logits.size()) {
+                if (static_cast<size_t>(n_logits + 1) * n_vocab_ > logits.size()) {
                     return internal_error("fake: logits too small");
                 }
-                float* row = logits.data() + static_cast<size_t>(n_logits++) * kVocab;
-                std::fill(row, row + kVocab, 0.0f);
+                float* row = logits.data() + static_cast<size_t>(n_logits++) * n_vocab_;
+                std::fill(row, row + n_vocab_, 0.0f);
                 {
                     std::lock_guard<std::mutex> lk(mu_);
                     histories_.insert(h);
                 }
                 int32_t t = next_token(h);
-                if (wrong_one_in_ > 0 && mix(h, -3) % wrong_one_in_ == 0) t = 1 + t % (kVocab - 1);
-                row[t] = 1.0f;
+                const int wrong = wrong_one_in_.load();
+                if (wrong > 0 && mix(h, -3) % wrong == 0) t = 1 + t % (kVocab - 1);
+                row[t % n_vocab_] = 1.0f;
             }
         }
         if (n_tok != static_cast<int>(batch.tokens.size()))
@@ -197,7 +218,10 @@ class FakeModel final : public ForwardModel {
         return Status::ok();
     }
 
-    const int wrong_one_in_;
+    std::atomic<int> wrong_one_in_;
+    const int n_vocab_;
+    int ctx_train_ = 8192;
+    std::atomic<int> step_us_{0}, token_us_{0};
     std::mutex mu_;
     std::condition_variable cv_;
     int hold_from_ = -1;  // forwards from this one on wait for release(); -1: none
@@ -211,7 +235,7 @@ class FakeModel final : public ForwardModel {
 // Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).
 std::string piece(int32_t t) { return t == kEos ? "" : "[" + std::to_string(t) + "]"; }
 
-std::shared_ptr<LoadedModel> make_fake_model(int wrong_one_in = 0) {
+std::shared_ptr<LoadedModel> make_fake_model(int wrong_one_in = 0, int n_vocab = kVocab) {
     VocabSpec spec;
     spec.kind = VocabKind::kBpe;
     spec.pre = "default";
@@ -227,7 +251,7 @@ std::shared_ptr<LoadedModel> make_fake_model(int wrong_one_in = 0) {
     auto m = std::make_shared<LoadedModel>();
     m->name = "fake";
     m->tokenizer = std::move(*tok);
-    m->stand_in = std::make_unique<FakeModel>(wrong_one_in);
+    m->stand_in = std::make_unique<FakeModel>(wrong_one_in, n_vocab);
     return m;
 }
 
@@ -752,6 +776,161 @@ TEST(Scheduler, PreemptedSequenceContinuesExactly) {
         EXPECT_EQ(engine->stats().kv_blocks_used, 0);
         EXPECT_EQ(fake.error(), "");
     }
+}
+
+// Issue #18, draft models: a draft model that lacks an id of the target's vocabulary (the
+// target's may be up to 128 longer) drafts nothing for a sequence holding it, and goes on
+// drafting for the others in its batch (its failed steps once stopped every sequence's drafts).
+TEST(Scheduler, DraftModelSkipsOnlyTheSequenceWithAnIdItLacks) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model(0, kVocab - 1);  // the target's answers, without id kVocab - 1
+    Tracker tr;
+    auto engine = make_engine(model, options(2, 1024, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(60);
+    p.ignore_eos = true;
+    const std::vector<int32_t> pa = {5, 6, kVocab - 1, 7};
+    std::vector<int32_t> pb;
+    for (int i = 0; i < 12; ++i) pb.push_back(20 + i);
+    const Expect wa = expect_alone(pa, 64, {}, true), wb = expect_alone(pb, 72, {}, true);
+    // B holds no such id: it drafts.
+    ASSERT_EQ(std::count(wb.tokens.begin(), wb.tokens.end(), kVocab - 1), 0);
+    fake.hold();  // both are admitted in the same step, and decode together
+    Tracker::Req& a = tr.add();
+    Tracker::Req& b = tr.add();
+    ASSERT_TRUE(engine->submit(pa, p, tr.sink(a)).has_value());
+    ASSERT_TRUE(engine->submit(pb, p, tr.sink(b)).has_value());
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(2, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(a.text, wa.text);
+        EXPECT_EQ(b.text, wb.text);
+    }
+    EXPECT_EQ(fake.error(), "");
+    EXPECT_EQ(fake_of(draft).error(), "");  // no step fed the draft model the id it lacks
+    const Engine::Stats st = engine->stats();
+    // B drafted (the draft model answers as the target: every draft accepted), A did not.
+    EXPECT_GE(st.spec_accepted, 40u);
+    EXPECT_LE(st.spec_accepted, 60u);
+    EXPECT_EQ(st.spec_accepted, st.spec_drafted);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+// A draft pool that runs out (the target's sequences share a cached prompt, the draft model's
+// do not): sequences draft what the blocks they hold allow, and one that cannot take its next
+// tokens gives its blocks back, so drafting goes on (sequences stalled at a block boundary
+// until another finished).
+TEST(Scheduler, FullDraftPoolKeepsDrafting) {
+    constexpr int kReply = 200;
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();
+    Tracker tr;
+    EngineOptions eo = options(4, 1024, 16, 64, true, KvType::kF16, true);
+    eo.draft_max = 2;  // long replies: sequences grow past the pool's room while they draft
+    auto engine = make_engine(model, eo, draft);
+    ASSERT_TRUE(engine);  // 64 blocks of 16 in each pool
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(kReply);
+    p.ignore_eos = true;
+    std::vector<int32_t> shared;
+    for (int i = 0; i < 400; ++i) shared.push_back(1 + (i * 7) % (kVocab - 1));
+    Tracker::Req& first = tr.add();  // puts the 25 blocks of the shared prompt in the cache
+    ASSERT_TRUE(engine->submit(shared, p, tr.sink(first)).has_value());
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    const Engine::Stats before = engine->stats();
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<Tracker::Req*> rs;
+    fake.hold();
+    for (int i = 0; i < 4; ++i) {
+        prompts.push_back(shared);
+        prompts.back().push_back(100 + i);
+        rs.push_back(&tr.add());
+        ASSERT_TRUE(engine->submit(prompts.back(), p, tr.sink(*rs.back())).has_value());
+    }
+    fake.release();
+    ASSERT_TRUE(tr.wait_done(5, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(rs[i]->text, expect_alone(prompts[i], 401 + kReply, {}, true).text) << i;
+        }
+    }
+    EXPECT_EQ(fake.error(), "");
+    EXPECT_EQ(fake_of(draft).error(), "");
+    const Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.n_preemptions, 0u);  // the target's pool had room: only the draft pool ran out
+    EXPECT_GT(st.prefix_hit_tokens, before.prefix_hit_tokens);
+    // Of 4 x 200 tokens (at most 2 of each 3 from drafts), drafts gave over 200 (4 x 38 blocks
+    // do not fit in 64; with the blocks kept by stalled sequences, 103).
+    EXPECT_GT(st.spec_accepted - before.spec_accepted, 200u);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+// A draft model trained on a shorter context than the target's drafts only within it.
+TEST(Scheduler, DraftModelDraftsWithinItsTrainedContext) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();
+    fake_of(draft).set_ctx_train(64);  // its forward refuses positions from 64 on
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(60);
+    p.ignore_eos = true;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(3 + i);
+    Tracker::Req& r = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, expect_alone(prompt, 100, {}, true).text);
+    }
+    EXPECT_EQ(fake_of(draft).error(), "");
+    const Engine::Stats st = engine->stats();
+    EXPECT_GT(st.spec_accepted, 10u);  // it drafted up to position 63
+    EXPECT_LT(st.spec_drafted, 24u);   // and no further
+}
+
+// The engine-wide acceptance rate a new request starts from recovers after a bad stretch:
+// steps without a draft let it drift back to the prior (once below break-even, no request
+// drafted again, so no trial could show that the draft model did well again). Priced, with
+// steps that take time as a model's do.
+TEST(Scheduler, DraftModelRateRecoversAfterABadStretch) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model(1);  // first every draft token is wrong
+    fake.set_step_time(10000, 1000);
+    fake_of(draft).set_step_time(2000, 200);
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 1024, 16, 64), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    int n_req = 0;
+    const auto answer = [&](int max_tokens) {
+        GenerationParams p = greedy(max_tokens);
+        p.ignore_eos = true;
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 8; ++i) prompt.push_back(1 + (n_req * 31 + i * 7) % (kVocab - 1));
+        Tracker::Req& r = tr.add();
+        ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
+        ASSERT_TRUE(tr.wait_done(++n_req, 30));
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, expect_alone(prompt, 8 + max_tokens, {}, true).text);
+    };
+    for (int i = 0; i < 4; ++i) answer(12);
+    const Engine::Stats bad = engine->stats();
+    EXPECT_GT(bad.spec_drafted, 0u);
+    EXPECT_EQ(bad.spec_accepted, 0u);
+    fake_of(draft).set_wrong_one_in(0);  // from now on every draft token is right
+    for (int i = 0; i < 8 && engine->stats().spec_accepted == 0; ++i) answer(40);
+    EXPECT_GT(engine->stats().spec_accepted, 0u) << "no request drafted after the bad stretch";
+    EXPECT_EQ(fake_of(draft).error(), "");
 }
 
 // cache_prompt = false: the request neither reuses cached blocks nor leaves its own behind.
