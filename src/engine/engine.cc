@@ -201,6 +201,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<LoadedModel> mo
         e->draft_logits_.resize(static_cast<size_t>(opts.n_parallel) * d.n_vocab());
         e->draft_batch_.tokens.reserve(std::min(e->opts_.max_batch_tokens, d.max_batch_tokens()));
         e->draft_ = std::move(draft);
+        e->draft_rate_.store(e->model_rate());
     }
     e->update_gauges();
     e->batch_.tokens.reserve(e->opts_.max_batch_tokens);
@@ -295,6 +296,7 @@ Engine::Stats Engine::stats() const {
     st.n_preemptions = n_preemptions_.load();
     st.spec_drafted = spec_drafted_.load();
     st.spec_accepted = spec_accepted_.load();
+    st.draft_model_rate = draft_rate_.load(std::memory_order_relaxed);
     st.step_seconds = static_cast<double>(step_ns_.load()) * 1e-9;
     st.forward_seconds = static_cast<double>(forward_ns_.load()) * 1e-9;
     st.n_steps = n_steps_.load();
@@ -329,6 +331,11 @@ std::string Engine::prometheus() const {
            static_cast<double>(st.spec_drafted));
     metric("ferrox_spec_accepted_tokens_total", "counter", "Draft tokens accepted (tokens without a step of their own).",
            static_cast<double>(st.spec_accepted));
+    if (draft_) {
+        metric("ferrox_spec_draft_model_acceptance", "gauge",
+               "The draft model's recent acceptance rate: where a new request's estimate starts.",
+               st.draft_model_rate);
+    }
     metric("ferrox_engine_steps_total", "counter", "Engine steps that ran a forward pass.",
            static_cast<double>(st.n_steps));
     metric("ferrox_engine_step_seconds_total", "counter",
@@ -600,13 +607,20 @@ void Engine::admit() {
     update_gauges();
 }
 
-// A step in which the draft model proposes nothing: its engine-wide rate drifts back toward
-// the prior, as a sequence's estimate does (a bad stretch, sampled or constrained requests,
-// would otherwise price it out for every later request, with no trial to show it recovered).
+// A step whose draft candidates were all priced out: the draft model's engine-wide rate, when
+// below the prior, drifts back up toward it, as a sequence's estimate does (after a bad
+// stretch, or sampled or constrained requests, it would price the draft model out for every
+// later request, with no trial to show it recovered). A rate above the prior stays: steps
+// without candidates (requests that opt out) or priced out for their cost say nothing of it.
 void Engine::drift_model_rate() {
-    if (!draft_) return;
+    if (!draft_ || model_rate() >= kPriorAccept) return;
     model_hits_ *= 0.97;
     model_trials_ *= 0.97;
+    draft_rate_.store(model_rate(), std::memory_order_relaxed);
+}
+
+double Engine::model_rate() const {
+    return (model_hits_ + kPriorAccept * kPriorTrials) / (model_trials_ + kPriorTrials);
 }
 
 // Speculative decoding: the decoding sequences (the first n_decode entries of the batch) draft
@@ -644,8 +658,7 @@ void Engine::add_drafts(int n_decode, int budget) {
         // A draft model's acceptance is much the same from one request to the next: a sequence
         // without history starts from the engine's recent rate (prompt lookup's depends on the
         // text: its prior is fixed).
-        const double prior = draft_ ? (model_hits_ + kPriorAccept * kPriorTrials) / (model_trials_ + kPriorTrials)
-                                    : kPriorAccept;
+        const double prior = draft_ ? model_rate() : kPriorAccept;
         const double alpha = (s.spec_hits + prior * kPriorTrials) / (s.spec_trials + kPriorTrials);
         if (draft_) {
             // The draft model proposes as many as the step takes (model_drafts, below), within
@@ -667,10 +680,7 @@ void Engine::add_drafts(int n_decode, int budget) {
         }
         cands.push_back({&s, alpha, alpha, 0, static_cast<int>(s.draft.size())});
     }
-    if (cands.empty()) {
-        drift_model_rate();
-        return;
-    }
+    if (cands.empty()) return;
     // Most likely draft tokens first; keep the best prefix of that order.
     std::vector<Seq*>& order = draft_order_;
     order.clear();
@@ -1030,6 +1040,7 @@ bool Engine::step() {
             constexpr double kModelDecay = 0.98;
             model_trials_ = model_trials_ * kModelDecay + accepted + (rejected ? 1 : 0);
             model_hits_ = model_hits_ * kModelDecay + accepted;
+            draft_rate_.store(model_rate(), std::memory_order_relaxed);
         }
         spec_drafted_.fetch_add(static_cast<uint64_t>(k), std::memory_order_relaxed);
         spec_accepted_.fetch_add(static_cast<uint64_t>(accepted), std::memory_order_relaxed);

@@ -115,6 +115,8 @@ public:
         // Speculative decoding: draft tokens verified, and those accepted (emitted without a
         // step of their own).
         uint64_t spec_drafted = 0, spec_accepted = 0;
+        // With a draft model: the acceptance rate a new request starts from (0 without one).
+        double draft_model_rate = 0;
         // Wall time of the engine loop's iterations that ran a forward pass (admission,
         // batch building, the forward, sampling, detokenizing and the events), and of those
         // forward passes alone: 1 - forward / step is the engine's per-step overhead.
@@ -137,6 +139,7 @@ private:
     bool grow(Seq& s);
     void add_drafts(int n_decode, int budget);
     void drift_model_rate();
+    double model_rate() const;  // the draft model's decayed acceptance, with the prior
     void model_drafts();
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
@@ -206,6 +209,7 @@ private:
     std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
     std::atomic<uint64_t> n_preemptions_{0};
     std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0};
+    std::atomic<double> draft_rate_{0};  // model_rate(), for stats()
     // Stats::step_seconds / forward_seconds in nanoseconds; forward_ns_step_ is the last
     // step's forward (engine thread only), 0 when it ran none.
     std::atomic<uint64_t> step_ns_{0}, forward_ns_{0}, n_steps_{0};

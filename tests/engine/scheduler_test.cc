@@ -927,10 +927,45 @@ TEST(Scheduler, DraftModelRateRecoversAfterABadStretch) {
     const Engine::Stats bad = engine->stats();
     EXPECT_GT(bad.spec_drafted, 0u);
     EXPECT_EQ(bad.spec_accepted, 0u);
+    EXPECT_LT(bad.draft_model_rate, 0.5);
     fake_of(draft).set_wrong_one_in(0);  // from now on every draft token is right
     for (int i = 0; i < 8 && engine->stats().spec_accepted == 0; ++i) answer(40);
     EXPECT_GT(engine->stats().spec_accepted, 0u) << "no request drafted after the bad stretch";
     EXPECT_EQ(fake_of(draft).error(), "");
+}
+
+// ... and a good rate outlasts requests that do not draft (they say nothing of it).
+TEST(Scheduler, DraftModelRateOutlastsRequestsThatDoNotDraft) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();  // always right
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    EXPECT_DOUBLE_EQ(engine->stats().draft_model_rate, 0.6);  // the prior
+    int n_req = 0;
+    const auto answer = [&](int max_tokens, bool speculative) {
+        GenerationParams p = greedy(max_tokens);
+        p.ignore_eos = true;
+        if (!speculative) p.draft_max = 0;
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 8; ++i) prompt.push_back(1 + (n_req * 31 + i * 7) % (kVocab - 1));
+        Tracker::Req& r = tr.add();
+        ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
+        ASSERT_TRUE(tr.wait_done(++n_req, 30));
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, expect_alone(prompt, 8 + max_tokens, {}, true).text);
+    };
+    answer(60, true);
+    const Engine::Stats good = engine->stats();
+    EXPECT_GT(good.spec_accepted, 30u);
+    EXPECT_GT(good.draft_model_rate, 0.9);
+    answer(200, false);
+    const Engine::Stats after = engine->stats();
+    EXPECT_EQ(after.spec_accepted, good.spec_accepted);
+    EXPECT_DOUBLE_EQ(after.draft_model_rate, good.draft_model_rate);
+    EXPECT_NE(engine->prometheus().find("ferrox_spec_draft_model_acceptance"), std::string::npos);
 }
 
 // cache_prompt = false: the request neither reuses cached blocks nor leaves its own behind.
