@@ -649,16 +649,16 @@ void Engine::add_drafts(int n_decode, int budget) {
     using Cand = DraftCandidate;
     std::vector<Cand>& cands = draft_cands_;
     cands.clear();
+    // A draft model's acceptance is much the same from one request to the next: a sequence
+    // without history starts from the engine's recent rate (prompt lookup's depends on the
+    // text: its prior is fixed).
+    const double prior = draft_ ? model_rate() : kPriorAccept;
     for (int i = 0; i < n_decode; ++i) {
         Seq& s = *in_batch_[i];
         const bool allowed = s.params.draft_max != 0;
         int k_max = s.params.draft_max > 0 ? std::min(s.params.draft_max, opts_.draft_max) : opts_.draft_max;
         // It emits at most max_total - tokens tokens: the step's own one, then drafts.
         k_max = std::min({k_max, budget, s.max_total - static_cast<int>(s.tokens.size()) - 1});
-        // A draft model's acceptance is much the same from one request to the next: a sequence
-        // without history starts from the engine's recent rate (prompt lookup's depends on the
-        // text: its prior is fixed).
-        const double prior = draft_ ? model_rate() : kPriorAccept;
         const double alpha = (s.spec_hits + prior * kPriorTrials) / (s.spec_trials + kPriorTrials);
         if (draft_) {
             // The draft model proposes as many as the step takes (model_drafts, below), within
