@@ -59,6 +59,10 @@ struct Engine::Seq {
     std::unique_ptr<SeqKv> dkv;
     int d_in_kv = 0;
     bool d_off = false;  // it holds a token the draft model lacks: no draft model for it
+    void drop_draft_kv() {
+        dkv.reset();
+        d_in_kv = 0;
+    }
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
     // Positions to compute before decoding: the prompt, or, after a preemption, every token
@@ -435,8 +439,7 @@ void Engine::publish_blocks(Seq& s) {
 void Engine::preempt(Seq& s) {
     s.kv->clear();
     s.kv.reset();
-    s.dkv.reset();
-    s.d_in_kv = 0;
+    s.drop_draft_kv();
     s.n_in_kv = 0;
     s.n_published = 0;
     s.chain = -1;
@@ -666,7 +669,7 @@ void Engine::add_drafts(int n_decode, int budget) {
             if (!allowed || k_max <= 0 ||
                 static_cast<int64_t>(s.tokens.size()) + k_max > draft_ctx_ || s.d_off) {
                 // A sequence that will not draft soon gives its draft KV back.
-                if (s.dkv && (!allowed || s.d_off || k_max <= 0)) s.dkv.reset(), s.d_in_kv = 0;
+                if (!allowed || s.d_off || k_max <= 0) s.drop_draft_kv();
                 drift_to_prior(s);
                 continue;
             }
@@ -818,8 +821,7 @@ void Engine::model_drafts() {
             const int32_t* toks = s.tokens.data() + s.d_in_kv;
             if (std::any_of(toks, toks + chunk, [&](int32_t t) { return t < 0 || t >= n_vocab; })) {
                 s.d_off = true;
-                s.dkv.reset();
-                s.d_in_kv = 0;
+                s.drop_draft_kv();
                 c.taken = 0;
                 continue;
             }
@@ -829,16 +831,12 @@ void Engine::model_drafts() {
             // take its next tokens gives its blocks back, so that the others can go on drafting.
             if (!s.dkv->reserve(level ? n + c.taken - 1 : s.d_in_kv + chunk).is_ok()) {
                 const int room = s.dkv->capacity() - s.d_in_kv;
-                if (level && room >= chunk) {
-                    c.taken = std::min(c.taken, room - chunk + 1);
-                } else if (!level && room > 0) {
-                    // catch up on what fits
-                } else {
-                    s.dkv.reset();
-                    s.d_in_kv = 0;
+                if (room <= 0 || (level && room < chunk)) {
+                    s.drop_draft_kv();
                     c.taken = 0;
                     continue;
                 }
+                if (level) c.taken = std::min(c.taken, room - chunk + 1);  // else: catch up on what fits
             }
             const int take = std::min(chunk, s.dkv->capacity() - s.d_in_kv);
             if (take < chunk || !level) c.taken = 0;
@@ -849,7 +847,7 @@ void Engine::model_drafts() {
     }
     if (active.empty()) return;
     if (!run()) {
-        for (Seq* s : active) s->dkv.reset(), s->d_in_kv = 0;
+        for (Seq* s : active) s->drop_draft_kv();
         for (DraftCandidate& c : draft_cands_) c.taken = 0;
         return;
     }
