@@ -949,54 +949,124 @@ float dot_bf16(int64_t n, const void* w, const void* a) {
 // ---- activation quantizers ----
 
 // Q8_0 / Q8_1 as ggml's x86 code: d = amax / 127 stored as fp16, q = round_half_even(x * (127
-// / amax)), and for Q8_1 s = fp16(d * sum(q)). Returns the 32 quants packed in order.
-inline __m256i quantize_block32(const float* x, float* d_out, int* sum_out) {
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int k = 0; k < 4; ++k) {
-        v[k] = _mm256_loadu_ps(x + 8 * k);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-    }
-    const float max = hmax_ps(amax);
-    *d_out = max / 127.f;
-    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.f / max : 0.0f);
-    __m256i q[4];
+// / amax)), and for Q8_1 s = fp16(d * sum(q)).
+//
+// Eight blocks at a time: their maxima and quant sums are reduced across the eight together
+// (a transpose of adds / maxes) and d, 127 / amax and s are one vector division, multiply and
+// fp16 conversion each, not a chain per block. One block at a time cost ~15-20 ns on Zen 4
+// (two dependent divisions and three horizontal reductions per block; the blocks' chains did
+// not overlap), ~8 % of a 16-sequence decode step. IEEE division, multiplication and integer
+// adds give the same bits in any lane, and the max of magnitudes is order-free for non-NaN
+// inputs, so the bytes are the per-block formula's.
+
+// Lane b = max over the lanes of v[b].
+inline __m256 hmax_8x8(const __m256* v) {
+    __m256 t[4];
+    #pragma GCC unroll 8
     for (int k = 0; k < 4; ++k)
-        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], id),
-                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    *sum_out =
-        hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-    // packs work per 128-bit lane: the bytes come out as dwords 0,2,4,6,1,3,5,7; permute back.
-    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i p16b = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-    return _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        t[k] = _mm256_max_ps(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    const __m256 u0 = _mm256_max_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 u1 = _mm256_max_ps(_mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_max_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lane b = sum of the lanes of v[b].
+inline __m256i hsum_8x8(const __m256i* v) {
+    __m256i t[4];
+    #pragma GCC unroll 8
+    for (int k = 0; k < 4; ++k)
+        t[k] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]),
+                                _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+    const __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+    const __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// Blocks [0, nb) of x (1 <= nb <= 8; lanes past nb are filler): d[b] as
+// fp16, s[b] = fp16(d * sum(q)) when kSum, and the 32 quants at q + b * q_stride.
+template <bool kSum>
+inline void quantize_8_blocks(const float* x, int nb, uint16_t* d16, uint16_t* s16, int8_t* q,
+                              int64_t q_stride) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax[8];
+    #pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) {
+        if (b >= nb) {
+            amax[b] = _mm256_setzero_ps();
+            continue;
+        }
+        const float* xb = x + 32 * b;
+        const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb)),
+                                         _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8)));
+        const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 16)),
+                                         _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 24)));
+        amax[b] = _mm256_max_ps(m01, m23);
+    }
+    const __m256 max = hmax_8x8(amax);
+    const __m256 d = _mm256_div_ps(max, _mm256_set1_ps(127.f));
+    const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.f), max),
+                                    _mm256_cmp_ps(max, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    alignas(16) uint16_t dh[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(dh), _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT));
+    __m256i sums[8];
+    #pragma GCC unroll 8
+    for (int b = 0; b < 8; ++b) {
+        if (b >= nb) {
+            sums[b] = _mm256_setzero_si256();
+            continue;
+        }
+        const float* xb = x + 32 * b;
+        const __m256 idb = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(b));
+        __m256i qi[4];
+        #pragma GCC unroll 8
+        for (int k = 0; k < 4; ++k)
+            qi[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), idb),
+                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (kSum) sums[b] = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+        // packs work per 128-bit lane: the bytes come out as dwords 0,2,4,6,1,3,5,7; permute back.
+        const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * q_stride),
+                            _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+    alignas(16) uint16_t sh[8];
+    if (kSum) {
+        const __m256 s = _mm256_mul_ps(d, _mm256_cvtepi32_ps(hsum_8x8(sums)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(sh), _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (int b = 0; b < nb; ++b) {
+        d16[b] = dh[b];
+        if (kSum) s16[b] = sh[b];
+    }
+}
+
+template <typename Block, bool kSum>
+void quantize_q8_rows(const float* x, Block* out, int64_t n) {
+    DCHECK(n % kQK == 0);
+    constexpr int64_t kStride = sizeof(Block);
+    static_assert(kStride % 2 == 0);
+    const int64_t nb = n / kQK;
+    for (int64_t i = 0; i < nb; i += 8) {
+        const int g = static_cast<int>(std::min<int64_t>(8, nb - i));
+        Block* b = out + i;
+        // d (and s) of block b sit at a stride of kStride bytes: gather them through a buffer.
+        uint16_t d16[8], s16[8];
+        quantize_8_blocks<kSum>(x + i * kQK, g, d16, s16, b->qs, kStride);
+        for (int k = 0; k < g; ++k) {
+            b[k].d = d16[k];
+            if constexpr (kSum) b[k].s = s16[k];
+        }
+    }
 }
 
 void quantize_q8_0(const float* x, void* dst, int64_t n) {
-    DCHECK(n % kQK == 0);
-    auto* b = static_cast<BlockQ8_0*>(dst);
-    for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-        float d;
-        int sum;
-        const __m256i q = quantize_block32(x, &d, &sum);
-        b[i].d = f32_to_f16(d);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
-    }
+    quantize_q8_rows<BlockQ8_0, false>(x, static_cast<BlockQ8_0*>(dst), n);
 }
 
 void quantize_q8_1(const float* x, void* dst, int64_t n) {
-    DCHECK(n % kQK == 0);
-    auto* b = static_cast<BlockQ8_1*>(dst);
-    for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-        float d;
-        int sum;
-        const __m256i q = quantize_block32(x, &d, &sum);
-        b[i].d = f32_to_f16(d);
-        b[i].s = f32_to_f16(d * static_cast<float>(sum));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs), q);
-    }
+    quantize_q8_rows<BlockQ8_1, true>(x, static_cast<BlockQ8_1*>(dst), n);
 }
 
 // Q8_K byte for byte as quantize_row_q8_k_ref (ggml's quantize_row_q8_K_ref, which llama.cpp

@@ -647,6 +647,50 @@ TEST_P(QuantIsaTest, ActivationQuantizerMatchesReference) {
     }
 }
 
+// The SIMD Q8_0 / Q8_1 quantizers (eight blocks reduced together) byte for byte against ggml's
+// x86 formula written per block: d = amax / 127, q = round_half_even(x * (127 / amax)) (0 for
+// an all-zero block), s = fp16(d * sum(q)). Rows of 1-40 blocks, so every group size up to 8
+// and its remainder is hit, with zero blocks, exact ties and tiny and large scales.
+TEST_P(QuantIsaTest, Q8ActivationBlocksAsGgmlX86) {
+    if (GetParam() == "scalar") GTEST_SKIP() << "the scalar quantizer rounds as ggml's reference";
+    uint32_t seed = 5;
+    for (int64_t nb = 1; nb <= 40; ++nb) {
+        for (int variant = 0; variant < 4; ++variant) {
+            const int64_t n = 32 * nb;
+            auto x = random_row(n, seed++, variant == 1 ? 1e-3f : 3.0f);
+            if (variant == 2) std::fill(x.begin() + 32 * (nb / 2), x.begin() + 32 * (nb / 2 + 1), 0.0f);
+            if (variant == 3) {
+                x[32 * (nb - 1)] = 127.0f;  // d = 1: 2.5 and -3.5 are exact ties
+                x[32 * (nb - 1) + 1] = 2.5f;
+                x[32 * (nb - 1) + 2] = -3.5f;
+            }
+            for (const bool with_sum : {false, true}) {
+                SCOPED_TRACE(::testing::Message() << nb << " blocks, variant " << variant
+                                                  << (with_sum ? ", Q8_1" : ", Q8_0"));
+                const int64_t bb = with_sum ? 36 : 34, q_off = with_sum ? 4 : 2;
+                std::vector<uint8_t> want(nb * bb), got(nb * bb, 0xAB);
+                for (int64_t b = 0; b < nb; ++b) {
+                    float amax = 0.0f;
+                    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+                    const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+                    int sum = 0;
+                    for (int j = 0; j < 32; ++j) {
+                        const int q = static_cast<int>(std::nearbyint(x[32 * b + j] * id));
+                        want[b * bb + q_off + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+                        sum += q;
+                    }
+                    const uint16_t dh = fp32_to_fp16(d), sh = fp32_to_fp16(d * static_cast<float>(sum));
+                    std::memcpy(&want[b * bb], &dh, 2);
+                    if (with_sum) std::memcpy(&want[b * bb + 2], &sh, 2);
+                }
+                quant_kernels(with_sum ? DType::kQ4_1 : DType::kQ8_0).quantize_act_row(x.data(), got.data(), n);
+                for (int64_t b = 0; b < nb; ++b)
+                    ASSERT_EQ(std::memcmp(&got[b * bb], &want[b * bb], bb), 0) << "block " << b;
+            }
+        }
+    }
+}
+
 // Q8_K's vector quantizer on the blocks where the reference's scalar semantics decide: the
 // first of two equal magnitudes sets the sign, NaNs are skipped by the max (and give 0), an
 // infinite max gives -0 scales, a denormal max overflows iscale (the int8 cast wraps what
