@@ -16,7 +16,9 @@ DType kernel_type_at(int index);
 
 // The f32 ops of ops.h, one table per ISA, selected together with the quant kernels.
 struct OpsKernels {
-    void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, float eps);
+    // ops.h's rms_norm_rows (rms_norm is one row of it).
+    void (*rms_norm)(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
+                     int64_t n, float eps);
     void (*softmax_inplace)(float* x, int64_t n);
     void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
     void (*vec_add)(const float* a, const float* b, float* out, int64_t n);

@@ -18,12 +18,15 @@
 namespace ferrox {
 namespace {
 
-void rms_norm_scalar(const float* x, const float* w, float* y, int64_t n, float eps) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
-    const float scale = 1.0f / std::sqrt(mean + eps);
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+void rms_norm_scalar(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
+                     int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; ++r, x += x_stride, y += y_stride) {
+        double sum = 0;
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        const float scale = 1.0f / std::sqrt(mean + eps);
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    }
 }
 
 void softmax_scalar(float* x, int64_t n) {
@@ -162,7 +165,11 @@ void fill_scalar_ops(OpsKernels* ops) {
 }  // namespace detail
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
-    detail::ops_kernels().rms_norm(x, w, y, n, eps);
+    detail::ops_kernels().rms_norm(x, n, w, y, n, 1, n, eps);
+}
+void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
+                   int64_t n, float eps) {
+    detail::ops_kernels().rms_norm(x, x_stride, w, y, y_stride, n_rows, n, eps);
 }
 void softmax_inplace(float* x, int64_t n) { detail::ops_kernels().softmax_inplace(x, n); }
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {

@@ -16,6 +16,12 @@ namespace ferrox {
 // the product is formed as (x * scale) * w, ggml's order for rms_norm followed by mul.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
+// rms_norm of n_rows rows: row r of x at x + r * x_stride, of y at y + r * y_stride (each row's
+// y may alias its x; rows must not otherwise overlap). Each row's bits are rms_norm's; rows are
+// normalized together where that is faster (the sums' add chains interleaved).
+void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n_rows,
+                   int64_t n, float eps);
+
 // x = exp(x - max(x)) / sum(exp(x - max(x))). Entries equal to -inf get 0 (masked scores).
 // n must be >= 1 and at least one entry finite. exp is a polynomial on AVX2 (relative error
 // below 2e-7 over the range used), the sum is accumulated in double.

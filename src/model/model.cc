@@ -965,10 +965,8 @@ void Model::ffn_residual(const LayerWeights& L, int t0, int t1) {
     Scratch& s = *s_;
     const int E = hp_.n_embd;
     if (!L.post_ffn_norm.empty()) {
-        for (int t = t0; t < t1; ++t) {
-            float* o = s.proj.data() + static_cast<size_t>(t) * E;
-            rms_norm(o, L.post_ffn_norm.data(), o, E, hp_.rms_eps);
-        }
+        float* o = s.proj.data() + static_cast<size_t>(t0) * E;
+        rms_norm_rows(o, E, L.post_ffn_norm.data(), o, E, t1 - t0, E, hp_.rms_eps);
     }
     const size_t a = static_cast<size_t>(t0) * E;
     vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
@@ -1076,10 +1074,8 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                               {L.wv, s.xn.data(), s.v.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
             if (il > 0) ffn_residual(layers_[il - 1], t0, t1);
-            for (int t = t0; t < t1; ++t) {
-                rms_norm(s.x.data() + static_cast<size_t>(t) * E, L.attn_norm.data(),
-                         s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
-            }
+            rms_norm_rows(s.x.data() + static_cast<size_t>(t0) * E, E, L.attn_norm.data(),
+                          s.xn.data() + static_cast<size_t>(t0) * E, E, t1 - t0, E, hp.rms_eps);
             quantize_inputs(qkv, 3, n_tok, t0, t1);
         });
         matmuls(qkv, 3, n_tok, true, /*quantized=*/true);
@@ -1095,17 +1091,15 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                 }
                 const float* cs = rope_cos + static_cast<size_t>(t) * half;
                 const float* sn = rope_sin + static_cast<size_t>(t) * half;
-                for (int h = 0; h < hp.n_head; ++h) {
-                    float* qh = q + h * hp.head_dim;
-                    if (!L.q_norm.empty()) rms_norm(qh, L.q_norm.data(), qh, hp.head_dim, hp.rms_eps);
-                    rope_head(qh, cs, sn, hp.n_rot, hp.rope_ordering);
-                }
+                if (!L.q_norm.empty())
+                    rms_norm_rows(q, hp.head_dim, L.q_norm.data(), q, hp.head_dim, hp.n_head, hp.head_dim, hp.rms_eps);
+                for (int h = 0; h < hp.n_head; ++h) rope_head(q + h * hp.head_dim, cs, sn, hp.n_rot, hp.rope_ordering);
                 if (hp.q_scale != 1.0f) vec_scale(q, hp.q_scale, q, hp.q_dim());
-                for (int h = 0; h < hp.n_head_kv; ++h) {
-                    float* kh = k + h * hp.head_dim;
-                    if (!L.k_norm.empty()) rms_norm(kh, L.k_norm.data(), kh, hp.head_dim, hp.rms_eps);
-                    rope_head(kh, cs, sn, hp.n_rot, hp.rope_ordering);
+                if (!L.k_norm.empty()) {
+                    rms_norm_rows(k, hp.head_dim, L.k_norm.data(), k, hp.head_dim, hp.n_head_kv, hp.head_dim,
+                                  hp.rms_eps);
                 }
+                for (int h = 0; h < hp.n_head_kv; ++h) rope_head(k + h * hp.head_dim, cs, sn, hp.n_rot, hp.rope_ordering);
                 // Store K and V of this position.
                 const BatchSeq& sq = batch.seqs[s.seq[t]];
                 const int p = s.pos[t];
@@ -1134,13 +1128,12 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         const MatJob gate_up[] = {{L.w_gate, s.xn.data(), s.gate.data()},
                                   {L.w_up, s.xn.data(), s.up.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
-            for (int t = t0; t < t1; ++t) {
-                float* x = s.x.data() + static_cast<size_t>(t) * E;
-                float* o = s.proj.data() + static_cast<size_t>(t) * E;
-                if (!L.post_attn_norm.empty()) rms_norm(o, L.post_attn_norm.data(), o, E, hp.rms_eps);
-                vec_add(x, o, x, E);
-                rms_norm(x, L.ffn_norm.data(), s.xn.data() + static_cast<size_t>(t) * E, E, hp.rms_eps);
-            }
+            float* o = s.proj.data() + static_cast<size_t>(t0) * E;
+            if (!L.post_attn_norm.empty()) rms_norm_rows(o, E, L.post_attn_norm.data(), o, E, t1 - t0, E, hp.rms_eps);
+            const size_t a = static_cast<size_t>(t0) * E;
+            vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
+            rms_norm_rows(s.x.data() + static_cast<size_t>(t0) * E, E, L.ffn_norm.data(),
+                          s.xn.data() + static_cast<size_t>(t0) * E, E, t1 - t0, E, hp.rms_eps);
             quantize_inputs(gate_up, 2, n_tok, t0, t1);
         });
         matmuls(gate_up, 2, n_tok, true, /*quantized=*/true);

@@ -49,6 +49,30 @@ TEST_P(OpsTest, RmsNorm) {
     }
 }
 
+// Rows normalized together (their add chains interleaved) give each row rms_norm's bits, with
+// gaps between rows, in place, and for every count of rows around the groups of four.
+TEST_P(OpsTest, RmsNormRowsAsEachRow) {
+    for (int64_t n : {1, 3, 7, 64, 100, 576}) {
+        for (int64_t n_rows : {1, 2, 3, 4, 5, 7, 8, 9, 16}) {
+            SCOPED_TRACE(::testing::Message() << n << " x " << n_rows);
+            const int64_t xs = n + 3, ys = n + 5;
+            std::vector<float> x(static_cast<size_t>(xs * n_rows));
+            const auto r = random_row(static_cast<int64_t>(x.size()), 11, 1.0f);
+            const auto e = random_row(static_cast<int64_t>(x.size()), 12, 0.8f);
+            for (size_t i = 0; i < x.size(); ++i) x[i] = r[i] * std::pow(10.0f, e[i]);
+            const auto w = random_row(n, 2);
+            std::vector<float> want(static_cast<size_t>(ys * n_rows), 0.0f), got = want;
+            for (int64_t k = 0; k < n_rows; ++k) rms_norm(x.data() + k * xs, w.data(), want.data() + k * ys, n, 1e-5f);
+            rms_norm_rows(x.data(), xs, w.data(), got.data(), ys, n_rows, n, 1e-5f);
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+            std::vector<float> z = x;
+            rms_norm_rows(z.data(), xs, w.data(), z.data(), xs, n_rows, n, 1e-5f);
+            for (int64_t k = 0; k < n_rows; ++k)
+                ASSERT_EQ(0, std::memcmp(z.data() + k * xs, want.data() + k * ys, n * sizeof(float))) << "row " << k;
+        }
+    }
+}
+
 TEST_P(OpsTest, Softmax) {
     for (int64_t n : kLengths) {
         SCOPED_TRACE(n);
