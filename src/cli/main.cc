@@ -489,7 +489,7 @@ int cmd_serve(int argc, char** argv) {
                          "ferrox: ready: model %s, %d slots, KV %s %d blocks of %d tokens (%.1f MiB)%s%s%s\n",
                          m.id.c_str(), eo.n_parallel, kv_type_name(eo.kv_type), m.kv_blocks_total, eo.block_size,
                          static_cast<double>(m.kv_bytes) / (1 << 20), eo.prefix_cache ? ", prefix cache" : "",
-                         lr.draft_path.empty() ? "" : ", draft model ", lr.draft_path.c_str());
+                         m.draft_model.empty() ? "" : ", draft model ", m.draft_model.c_str());
         }
     }
 

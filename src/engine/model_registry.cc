@@ -50,7 +50,10 @@ Expected<ModelLease> load_served_model(const ModelSpec& spec) {
     }
     std::shared_ptr<LoadedModel> draft;
     int64_t draft_bytes = 0;
-    if (!spec.draft_path.empty()) {
+    if (!spec.draft_path.empty() && spec.engine.draft_max == 0) {
+        // Nothing would ever be drafted: do not spend the draft model's memory and load time.
+        FERROX_LOG_WARN("--draft-max 0: speculation is off, draft model %s not loaded", spec.draft_path.c_str());
+    } else if (!spec.draft_path.empty()) {
         if (!spec.test_script.empty()) return invalid_argument("a scripted model takes no draft model");
         auto d = load_model(spec.draft_path, spec.model);
         if (!d.has_value()) return d.status();
@@ -240,6 +243,7 @@ std::vector<ModelStatus> ModelRegistry::list() const {
         ModelStatus s;
         s.id = m->info().id;
         s.path = m->info().path;
+        s.draft_model = m->info().draft_model;
         s.state = state;
         s.generation = gen;
         s.weight_bytes = m->info().weight_bytes;

@@ -45,6 +45,7 @@ const char* model_state_name(ModelState s);  // "loading", "ready", "draining"
 
 struct ModelStatus {
     std::string id, path;
+    std::string draft_model;  // the draft model's file, or empty (none, or loading)
     ModelState state = ModelState::kLoading;
     uint64_t generation = 0;
     int64_t weight_bytes = 0, kv_bytes = 0;

@@ -323,6 +323,24 @@ def test_draft_model_speculation_keeps_the_answers():
         assert s.stop() == 0
 
 
+def test_draft_max_0_does_not_load_the_draft_model():
+    """--draft-max 0 turns speculation off, so -md's model is not loaded (its memory and load
+    time would buy nothing): the server says so, /props names no draft model, nothing is drafted."""
+    s = _start("-c", "1024", "-np", "1", "--draft-max", "0", "-md", MODEL)
+    try:
+        props = httpx.get(s.base + "/props", timeout=10).json()
+        assert "speculative" not in props, props
+        r = client_of(s).completions.create(model=ID, prompt="one two three one two three one two",
+                                            max_tokens=16, temperature=0)
+        assert r.choices[0].text
+        assert metrics(s).get("ferrox_spec_draft_tokens_total", 0) == 0
+    finally:
+        assert s.stop() == 0
+    out = s.proc.stdout.read()
+    assert "--draft-max 0: speculation is off, draft model" in out and "not loaded" in out, out
+    assert "draft model " + MODEL not in out.split("ready:")[-1], out
+
+
 def test_draft_model_of_another_vocabulary_is_a_one_line_error():
     if not os.path.exists(GEMMA):
         pytest.skip(f"{GEMMA} is missing: run `make model`")
