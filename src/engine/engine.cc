@@ -877,6 +877,62 @@ void Engine::model_drafts() {
     }
 }
 
+// The prompt chunks of this step (entries [n_decode, n_main) of the batch) fed to the draft
+// model as well, so that a sequence's draft KV keeps level with the target's while its prompt
+// is computed: it drafts from its first decoding step, and no decoding step carries a long
+// catch-up (up to a step budget of draft forward a step, for as many steps as the prompt had).
+// Best effort: a sequence the draft model cannot take, or whose blocks the draft pool cannot
+// spare (one block is kept for each running sequence), catches up later in model_drafts.
+void Engine::draft_prefills(int n_decode, int n_main) {
+    if (opts_.draft_max <= 0) return;
+    ForwardModel& d = draft_->forward_model();
+    const int n_vocab = d.n_vocab();
+    const int bs = opts_.block_size;
+    int budget = std::min(opts_.max_batch_tokens, d.max_batch_tokens());
+    draft_batch_.tokens.clear();
+    draft_batch_.seqs.clear();
+    std::vector<Seq*>& active = draft_active_;
+    active.clear();
+    for (int i = n_decode; i < n_main && budget > 0; ++i) {
+        Seq& s = *in_batch_[i];
+        const int end = s.n_in_kv + batch_.seqs[i].n_tokens;  // the target's KV after this step
+        if (s.params.draft_max == 0 || s.d_off || end >= draft_ctx_) continue;
+        const int n = std::min(end - s.d_in_kv, budget);
+        if (n <= 0) continue;
+        const int32_t* toks = s.tokens.data() + s.d_in_kv;
+        if (std::any_of(toks, toks + n, [&](int32_t t) { return t < 0 || t >= n_vocab; })) {
+            s.d_off = true;  // as model_drafts: a token the draft model lacks
+            s.drop_draft_kv();
+            continue;
+        }
+        if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
+        const int need = (s.d_in_kv + n + bs - 1) / bs - static_cast<int>(s.dkv->blocks().size());
+        if (need > 0 && !draft_kv_->can_allocate(need + static_cast<int>(running_.size()))) continue;
+        if (!s.dkv->reserve(s.d_in_kv + n).is_ok()) continue;
+        BatchSeq b;
+        b.i_begin = static_cast<int>(draft_batch_.tokens.size());
+        b.n_tokens = n;
+        b.n_past = s.d_in_kv;
+        b.block_table = s.dkv->blocks().data();
+        b.n_blocks = static_cast<int>(s.dkv->blocks().size());
+        b.want_logits = false;
+        draft_batch_.tokens.insert(draft_batch_.tokens.end(), toks, toks + n);
+        draft_batch_.seqs.push_back(b);
+        active.push_back(&s);
+        budget -= n;
+    }
+    if (active.empty()) return;
+    // Not timed into draft_cost_: that prices draft steps, and a prompt chunk timed first would
+    // make the small steps look dear before any was timed (and so never chosen and timed).
+    const Status st = d.forward(draft_batch_, *draft_kv_, draft_logits_);
+    if (!st.is_ok()) {
+        FERROX_LOG_WARN("draft model step failed: %s", st.message().c_str());
+        for (Seq* s : active) s->drop_draft_kv();
+        return;
+    }
+    for (size_t i = 0; i < active.size(); ++i) active[i]->d_in_kv += draft_batch_.seqs[i].n_tokens;
+}
+
 // One forward step over every running sequence. Returns false when there was nothing to do.
 bool Engine::step() {
     const auto now = std::chrono::steady_clock::now();
@@ -952,7 +1008,9 @@ bool Engine::step() {
         }
     }
     if (batch_.seqs.empty()) return true;
+    const int n_main = static_cast<int>(batch_.seqs.size());
     add_drafts(n_decode, budget);
+    if (draft_) draft_prefills(n_decode, n_main);
 
     // Masks not cached yet are computed beside the forward pass.
     bool masks_launched = false;

@@ -141,6 +141,7 @@ private:
     void drift_model_rate();
     double model_rate() const;  // the draft model's decayed acceptance, with the prior
     void model_drafts();
+    void draft_prefills(int n_decode, int n_main);
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
     void update_gauges();

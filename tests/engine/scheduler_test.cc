@@ -875,6 +875,71 @@ TEST(Scheduler, FullDraftPoolKeepsDrafting) {
     EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
+// A prompt is fed to the draft model chunk for chunk as the target computes it, so the sequence
+// drafts from its first decoding step (a draft KV that caught up only then took a step budget
+// of draft forward per decoding step, drafting nothing, for as many steps as the prompt took).
+TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();  // the target's answers: every draft accepted
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(37);
+    p.ignore_eos = true;
+    p.draft_max = 8;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
+    Tracker::Req& r = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, expect_alone(prompt, 300 + 37, {}, true).text);
+    }
+    EXPECT_EQ(fake_of(draft).error(), "");
+    ASSERT_TRUE(wait_idle(*engine));  // the counters are final once the last step ends
+    // 5 prompt steps of 64, 64, 64, 64, 44 tokens (the last one gives the first token), then
+    // 36 tokens at 1 + 8 a step: 4 steps. Catching up after the prompt took 4 more (and 8
+    // fewer drafts were accepted).
+    EXPECT_EQ(fake.n_forward(), 5 + 4);
+    const Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.spec_accepted, 32u);
+}
+
+// Priced: the prompt chunks the draft model computes are not draft steps, and are not timed as
+// ones. A 48-token chunk timed before any draft step made a one-token draft step look like a
+// fifth of the chunk (StepCost's floor for a size below the only one timed): no draft was
+// chosen, so no small step was ever timed, and the request never drafted.
+TEST(Scheduler, DraftModelPromptChunksDoNotPriceOutDrafts) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    fake.set_step_time(2000, 20);
+    auto draft = make_fake_model();
+    // A draft step of one token costs 300 us (it pays: every draft is right); a 48-token prompt
+    // chunk 9.7 ms, a fifth of which is dearer than a draft token is worth.
+    fake_of(draft).set_step_time(100, 200);
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 2048, 16, 512), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(40);
+    p.ignore_eos = true;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 48; ++i) prompt.push_back(1 + (i * 17) % (kVocab - 1));
+    Tracker::Req& r = tr.add();
+    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
+    ASSERT_TRUE(tr.wait_done(1, 30));
+    {
+        std::lock_guard<std::mutex> lk(tr.mu);
+        EXPECT_EQ(r.text, expect_alone(prompt, 48 + 40, {}, true).text);
+    }
+    EXPECT_EQ(fake_of(draft).error(), "");
+    ASSERT_TRUE(wait_idle(*engine));  // the counters are final once the last step ends
+    EXPECT_GT(engine->stats().spec_accepted, 20u);
+}
+
 // A draft model trained on a shorter context than the target's drafts only within it.
 TEST(Scheduler, DraftModelDraftsWithinItsTrainedContext) {
     auto model = make_fake_model();
@@ -914,10 +979,7 @@ void answer_alone(Engine& engine, Tracker& tr, int& n_req, int max_tokens, bool 
     ASSERT_TRUE(engine.submit(prompt, p, tr.sink(r)).has_value());
     ASSERT_TRUE(tr.wait_done(++n_req, 30));
     // kDone comes inside the request's last step; its counters are final once that step ends.
-    for (int i = 0; i < 10000 && engine.stats().n_running > 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_EQ(engine.stats().n_running, 0);
+    ASSERT_TRUE(wait_idle(engine));
     std::lock_guard<std::mutex> lk(tr.mu);
     EXPECT_EQ(r.text, expect_alone(prompt, 8 + max_tokens, {}, true).text);
 }
