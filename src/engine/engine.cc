@@ -756,6 +756,19 @@ void Engine::add_drafts(int n_decode, int budget) {
     }
 }
 
+// Appends tokens toks[0, n) of s, from its draft KV's end on, to the draft model's batch.
+void Engine::add_draft_entry(Seq& s, const int32_t* toks, int n, bool logits) {
+    BatchSeq b;
+    b.i_begin = static_cast<int>(draft_batch_.tokens.size());
+    b.n_tokens = n;
+    b.n_past = s.d_in_kv;
+    b.block_table = s.dkv->blocks().data();
+    b.n_blocks = static_cast<int>(s.dkv->blocks().size());
+    b.want_logits = logits;
+    draft_batch_.tokens.insert(draft_batch_.tokens.end(), toks, toks + n);
+    draft_batch_.seqs.push_back(b);
+}
+
 // The draft model's proposals for the candidates add_drafts chose (DraftCandidate::taken
 // tokens each): a first draft step in which each catches up on the tokens its draft KV lacks
 // (usually the last one or two: the step's own token, and the last accepted draft token) and
@@ -785,17 +798,6 @@ void Engine::model_drafts() {
     const auto propose = [&](Seq& s, int row) {
         const float* l = draft_logits_.data() + static_cast<size_t>(row) * n_vocab;
         s.draft.push_back(static_cast<int32_t>(argmax_first(l, draft_vocab_)));
-    };
-    const auto add = [&](Seq& s, const int32_t* toks, int n, bool logits) {
-        BatchSeq b;
-        b.i_begin = static_cast<int>(draft_batch_.tokens.size());
-        b.n_tokens = n;
-        b.n_past = s.d_in_kv;
-        b.block_table = s.dkv->blocks().data();
-        b.n_blocks = static_cast<int>(s.dkv->blocks().size());
-        b.want_logits = logits;
-        draft_batch_.tokens.insert(draft_batch_.tokens.end(), toks, toks + n);
-        draft_batch_.seqs.push_back(b);
     };
     draft_batch_.tokens.clear();
     draft_batch_.seqs.clear();
@@ -840,7 +842,7 @@ void Engine::model_drafts() {
             }
             const int take = std::min(chunk, s.dkv->capacity() - s.d_in_kv);
             if (take < chunk || !level) c.taken = 0;
-            add(s, toks, take, take == chunk && level);
+            add_draft_entry(s, toks, take, take == chunk && level);
             used += take;
             active.push_back(&s);
         }
@@ -865,7 +867,7 @@ void Engine::model_drafts() {
         for (DraftCandidate& c : draft_cands_) {
             Seq& s = *c.s;
             if (c.taken <= j || static_cast<int>(s.draft.size()) != j) continue;
-            add(s, &s.draft.back(), 1, true);
+            add_draft_entry(s, &s.draft.back(), 1, true);
             active.push_back(&s);
         }
         if (active.empty()) return;
@@ -909,15 +911,7 @@ void Engine::draft_prefills(int n_decode, int n_main) {
         const int need = (s.d_in_kv + n + bs - 1) / bs - static_cast<int>(s.dkv->blocks().size());
         if (need > 0 && !draft_kv_->can_allocate(need + static_cast<int>(running_.size()))) continue;
         if (!s.dkv->reserve(s.d_in_kv + n).is_ok()) continue;
-        BatchSeq b;
-        b.i_begin = static_cast<int>(draft_batch_.tokens.size());
-        b.n_tokens = n;
-        b.n_past = s.d_in_kv;
-        b.block_table = s.dkv->blocks().data();
-        b.n_blocks = static_cast<int>(s.dkv->blocks().size());
-        b.want_logits = false;
-        draft_batch_.tokens.insert(draft_batch_.tokens.end(), toks, toks + n);
-        draft_batch_.seqs.push_back(b);
+        add_draft_entry(s, toks, n, /*logits=*/false);
         active.push_back(&s);
         budget -= n;
     }

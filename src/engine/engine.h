@@ -142,6 +142,7 @@ private:
     double model_rate() const;  // the draft model's decayed acceptance, with the prior
     void model_drafts();
     void draft_prefills(int n_decode, int n_main);
+    void add_draft_entry(Seq& s, const int32_t* toks, int n, bool logits);
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
     void update_gauges();

@@ -875,6 +875,30 @@ TEST(Scheduler, FullDraftPoolKeepsDrafting) {
     EXPECT_EQ(st.kv_blocks_used, 0);
 }
 
+// One request alone (the n_done + 1-th of tr), waited for until its last step has ended (kDone
+// comes inside it; the engine's counters are final after it), checked against its solo greedy
+// answer.
+void run_alone(Engine& engine, Tracker& tr, int n_done, const std::vector<int32_t>& prompt,
+               const GenerationParams& p) {
+    Tracker::Req& r = tr.add();
+    ASSERT_TRUE(engine.submit(prompt, p, tr.sink(r)).has_value());
+    ASSERT_TRUE(tr.wait_done(n_done + 1, 30));
+    ASSERT_TRUE(wait_idle(engine));
+    std::lock_guard<std::mutex> lk(tr.mu);
+    const int total = static_cast<int>(prompt.size()) + p.max_tokens;
+    EXPECT_EQ(r.text, expect_alone(prompt, total, {}, true).text);
+}
+
+// The n_req-th request alone, its own 8-token prompt; speculative = false opts out of drafting.
+void answer_alone(Engine& engine, Tracker& tr, int& n_req, int max_tokens, bool speculative) {
+    GenerationParams p = greedy(max_tokens);
+    p.ignore_eos = true;
+    if (!speculative) p.draft_max = 0;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 8; ++i) prompt.push_back(1 + (n_req * 31 + i * 7) % (kVocab - 1));
+    run_alone(engine, tr, n_req++, prompt, p);
+}
+
 // A prompt is fed to the draft model chunk for chunk as the target computes it, so the sequence
 // drafts from its first decoding step (a draft KV that caught up only then took a step budget
 // of draft forward per decoding step, drafting nothing, for as many steps as the prompt took).
@@ -891,15 +915,8 @@ TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
     p.draft_max = 8;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        EXPECT_EQ(r.text, expect_alone(prompt, 300 + 37, {}, true).text);
-    }
+    run_alone(*engine, tr, 0, prompt, p);
     EXPECT_EQ(fake_of(draft).error(), "");
-    ASSERT_TRUE(wait_idle(*engine));  // the counters are final once the last step ends
     // 5 prompt steps of 64, 64, 64, 64, 44 tokens (the last one gives the first token), then
     // 36 tokens at 1 + 8 a step: 4 steps. Catching up after the prompt took 4 more (and 8
     // fewer drafts were accepted).
@@ -928,15 +945,8 @@ TEST(Scheduler, DraftModelPromptChunksDoNotPriceOutDrafts) {
     p.ignore_eos = true;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 48; ++i) prompt.push_back(1 + (i * 17) % (kVocab - 1));
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        EXPECT_EQ(r.text, expect_alone(prompt, 48 + 40, {}, true).text);
-    }
+    run_alone(*engine, tr, 0, prompt, p);
     EXPECT_EQ(fake_of(draft).error(), "");
-    ASSERT_TRUE(wait_idle(*engine));  // the counters are final once the last step ends
     EXPECT_GT(engine->stats().spec_accepted, 20u);
 }
 
@@ -965,23 +975,6 @@ TEST(Scheduler, DraftModelDraftsWithinItsTrainedContext) {
     const Engine::Stats st = engine->stats();
     EXPECT_GT(st.spec_accepted, 10u);  // it drafted up to position 63
     EXPECT_LT(st.spec_drafted, 24u);   // and no further
-}
-
-// One request alone (the n_req-th: its own 8-token prompt), waited for until its last step has
-// ended, and checked against its solo greedy answer; speculative = false opts out of drafting.
-void answer_alone(Engine& engine, Tracker& tr, int& n_req, int max_tokens, bool speculative) {
-    GenerationParams p = greedy(max_tokens);
-    p.ignore_eos = true;
-    if (!speculative) p.draft_max = 0;
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 8; ++i) prompt.push_back(1 + (n_req * 31 + i * 7) % (kVocab - 1));
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine.submit(prompt, p, tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(++n_req, 30));
-    // kDone comes inside the request's last step; its counters are final once that step ends.
-    ASSERT_TRUE(wait_idle(engine));
-    std::lock_guard<std::mutex> lk(tr.mu);
-    EXPECT_EQ(r.text, expect_alone(prompt, 8 + max_tokens, {}, true).text);
 }
 
 // The engine-wide acceptance rate a new request starts from recovers after a bad stretch:
