@@ -883,8 +883,11 @@ void Engine::model_drafts() {
 // model as well, so that a sequence's draft KV keeps level with the target's while its prompt
 // is computed: it drafts from its first decoding step, and no decoding step carries a long
 // catch-up (up to a step budget of draft forward a step, for as many steps as the prompt had).
-// Best effort: a sequence the draft model cannot take, or whose blocks the draft pool cannot
-// spare (one block is kept for each running sequence), catches up later in model_drafts.
+// The draft model computes as many tokens of a sequence as the target does, so a prompt step
+// costs the two models' ratio more, and no more. Best effort: a sequence the draft model
+// cannot take, or whose blocks the draft pool cannot spare (one block is kept for each running
+// sequence), or one that starts behind (a prompt found in the prefix cache), catches up later
+// in model_drafts.
 void Engine::draft_prefills(int n_decode, int n_main) {
     if (opts_.draft_max <= 0) return;
     ForwardModel& d = draft_->forward_model();
@@ -899,7 +902,9 @@ void Engine::draft_prefills(int n_decode, int n_main) {
         Seq& s = *in_batch_[i];
         const int end = s.n_in_kv + batch_.seqs[i].n_tokens;  // the target's KV after this step
         if (s.params.draft_max == 0 || s.d_off || end >= draft_ctx_) continue;
-        const int n = std::min(end - s.d_in_kv, budget);
+        // As many tokens as the target computes for it (a prompt found in the prefix cache
+        // leaves the draft model behind: its catch-up must not delay the first token).
+        const int n = std::min({end - s.d_in_kv, batch_.seqs[i].n_tokens, budget});
         if (n <= 0) continue;
         const int32_t* toks = s.tokens.data() + s.d_in_kv;
         if (std::any_of(toks, toks + n, [&](int32_t t) { return t < 0 || t >= n_vocab; })) {

@@ -59,6 +59,12 @@ struct Row {
     uint64_t hash;  // of the history up to and including this position
 };
 
+// The forwards of several fakes in the order they ran: (the fake's tag, its batch's tokens).
+struct ForwardLog {
+    std::mutex mu;
+    std::vector<std::pair<char, int>> runs;
+};
+
 class FakeModel final : public ForwardModel {
   public:
     static constexpr int kKvDim = 32;  // F16 rows of 64 bytes, Q8_0 rows of 34
@@ -87,6 +93,10 @@ class FakeModel final : public ForwardModel {
             ++n_forward_;
             cv_.notify_all();
             cv_.wait(lk, [&] { return hold_from_ < 0 || n_forward_ < hold_from_; });
+        }
+        if (log_) {
+            std::lock_guard<std::mutex> lk(log_->mu);
+            log_->runs.emplace_back(log_tag_, static_cast<int>(batch.tokens.size()));
         }
         Status st = run(batch, kv, logits);
         if (!st.is_ok()) {
@@ -129,6 +139,10 @@ class FakeModel final : public ForwardModel {
     }
     void set_wrong_one_in(int n) { wrong_one_in_ = n; }
     void set_ctx_train(int n) { ctx_train_ = n; }  // before the engine is made
+    void set_log(std::shared_ptr<ForwardLog> log, char tag) {  // before the engine is made
+        log_ = std::move(log);
+        log_tag_ = tag;
+    }
     // The histories (hashes) this model produced logits after.
     std::unordered_set<uint64_t> histories() {
         std::lock_guard<std::mutex> lk(mu_);
@@ -229,6 +243,8 @@ class FakeModel final : public ForwardModel {
     std::string error_;
     std::unordered_set<uint64_t> histories_;
     std::atomic<int> max_seqs_{0};
+    std::shared_ptr<ForwardLog> log_;
+    char log_tag_ = 0;
     std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
 };
 
@@ -923,6 +939,44 @@ TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
     EXPECT_EQ(fake.n_forward(), 5 + 4);
     const Engine::Stats st = engine->stats();
     EXPECT_EQ(st.spec_accepted, 32u);
+}
+
+// The draft model computes no more of a prompt in a step than the target does: a prompt found
+// in the prefix cache (the target computes its last tokens, the draft model has none of it)
+// gets its first token without waiting for the draft model to catch up on the whole prompt.
+TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();
+    auto log = std::make_shared<ForwardLog>();
+    fake.set_log(log, 't');
+    fake_of(draft).set_log(log, 'd');
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(8);
+    p.ignore_eos = true;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
+    run_alone(*engine, tr, 0, prompt, p);
+    size_t first_of_b = 0;
+    {
+        std::lock_guard<std::mutex> lk(log->mu);
+        first_of_b = log->runs.size();
+    }
+    prompt.push_back(5);  // the 300 tokens again, 288 of them in whole cached blocks, and one more
+    run_alone(*engine, tr, 1, prompt, p);
+    EXPECT_EQ(fake_of(draft).error(), "");
+    std::lock_guard<std::mutex> lk(log->mu);
+    // The second request's first step: draft forwards (if any), then the target's prompt step.
+    size_t i = first_of_b;
+    while (i < log->runs.size() && log->runs[i].first == 'd') ++i;
+    ASSERT_LT(i, log->runs.size());
+    const int target_chunk = log->runs[i].second;
+    EXPECT_EQ(target_chunk, 301 - 288);
+    for (size_t j = first_of_b; j < i; ++j) EXPECT_LE(log->runs[j].second, target_chunk) << "draft forward " << j;
+    EXPECT_GT(i, first_of_b);  // the draft model did take the step's tokens
 }
 
 // Priced: the prompt chunks the draft model computes are not draft steps, and are not timed as
