@@ -985,11 +985,11 @@ inline __m256i hsum_8x8(const __m256i* v) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-// Blocks [0, nb) of x (1 <= nb <= 8; lanes past nb are filler): d[b] as
-// fp16, s[b] = fp16(d * sum(q)) when kSum, and the 32 quants at q + b * q_stride.
-template <bool kSum>
-inline void quantize_8_blocks(const float* x, int nb, uint16_t* d16, uint16_t* s16, int8_t* q,
-                              int64_t q_stride) {
+// Blocks [0, nb) of x into out[0, nb) (1 <= nb <= 8; lanes past nb are filler): d, the 32
+// quants, and for Q8_1 s = fp16(d * sum(q)).
+template <typename Block>
+inline void quantize_8_blocks(const float* x, int nb, Block* out) {
+    constexpr bool kSum = std::is_same_v<Block, BlockQ8_1>;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 amax[8];
     #pragma GCC unroll 8
@@ -1025,49 +1025,33 @@ inline void quantize_8_blocks(const float* x, int nb, uint16_t* d16, uint16_t* s
         for (int k = 0; k < 4; ++k)
             qi[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), idb),
                                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        if (kSum) sums[b] = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+        if constexpr (kSum) sums[b] = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
         // packs work per 128-bit lane: the bytes come out as dwords 0,2,4,6,1,3,5,7; permute back.
         const __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * q_stride),
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
                             _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
-    alignas(16) uint16_t sh[8];
-    if (kSum) {
+    for (int b = 0; b < nb; ++b) out[b].d = dh[b];
+    if constexpr (kSum) {
+        alignas(16) uint16_t sh[8];
         const __m256 s = _mm256_mul_ps(d, _mm256_cvtepi32_ps(hsum_8x8(sums)));
         _mm_store_si128(reinterpret_cast<__m128i*>(sh), _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT));
-    }
-    for (int b = 0; b < nb; ++b) {
-        d16[b] = dh[b];
-        if (kSum) s16[b] = sh[b];
+        for (int b = 0; b < nb; ++b) out[b].s = sh[b];
     }
 }
 
-template <typename Block, bool kSum>
-void quantize_q8_rows(const float* x, Block* out, int64_t n) {
+template <typename Block>
+void quantize_q8_rows(const float* x, void* dst, int64_t n) {
     DCHECK(n % kQK == 0);
-    constexpr int64_t kStride = sizeof(Block);
-    static_assert(kStride % 2 == 0);
+    auto* out = static_cast<Block*>(dst);
     const int64_t nb = n / kQK;
-    for (int64_t i = 0; i < nb; i += 8) {
-        const int g = static_cast<int>(std::min<int64_t>(8, nb - i));
-        Block* b = out + i;
-        // d (and s) of block b sit at a stride of kStride bytes: gather them through a buffer.
-        uint16_t d16[8], s16[8];
-        quantize_8_blocks<kSum>(x + i * kQK, g, d16, s16, b->qs, kStride);
-        for (int k = 0; k < g; ++k) {
-            b[k].d = d16[k];
-            if constexpr (kSum) b[k].s = s16[k];
-        }
-    }
+    for (int64_t i = 0; i < nb; i += 8)
+        quantize_8_blocks(x + i * kQK, static_cast<int>(std::min<int64_t>(8, nb - i)), out + i);
 }
 
-void quantize_q8_0(const float* x, void* dst, int64_t n) {
-    quantize_q8_rows<BlockQ8_0, false>(x, static_cast<BlockQ8_0*>(dst), n);
-}
+void quantize_q8_0(const float* x, void* dst, int64_t n) { quantize_q8_rows<BlockQ8_0>(x, dst, n); }
 
-void quantize_q8_1(const float* x, void* dst, int64_t n) {
-    quantize_q8_rows<BlockQ8_1, true>(x, static_cast<BlockQ8_1*>(dst), n);
-}
+void quantize_q8_1(const float* x, void* dst, int64_t n) { quantize_q8_rows<BlockQ8_1>(x, dst, n); }
 
 // Q8_K byte for byte as quantize_row_q8_k_ref (ggml's quantize_row_q8_K_ref, which llama.cpp
 // runs on x86 too): the first element of largest magnitude is the signed max (NaNs never are),

@@ -1128,12 +1128,11 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
         const MatJob gate_up[] = {{L.w_gate, s.xn.data(), s.gate.data()},
                                   {L.w_up, s.xn.data(), s.up.data()}};
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
-            float* o = s.proj.data() + static_cast<size_t>(t0) * E;
-            if (!L.post_attn_norm.empty()) rms_norm_rows(o, E, L.post_attn_norm.data(), o, E, t1 - t0, E, hp.rms_eps);
             const size_t a = static_cast<size_t>(t0) * E;
-            vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
-            rms_norm_rows(s.x.data() + static_cast<size_t>(t0) * E, E, L.ffn_norm.data(),
-                          s.xn.data() + static_cast<size_t>(t0) * E, E, t1 - t0, E, hp.rms_eps);
+            float* o = s.proj.data() + a;
+            if (!L.post_attn_norm.empty()) rms_norm_rows(o, E, L.post_attn_norm.data(), o, E, t1 - t0, E, hp.rms_eps);
+            vec_add(s.x.data() + a, o, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
+            rms_norm_rows(s.x.data() + a, E, L.ffn_norm.data(), s.xn.data() + a, E, t1 - t0, E, hp.rms_eps);
             quantize_inputs(gate_up, 2, n_tok, t0, t1);
         });
         matmuls(gate_up, 2, n_tok, true, /*quantized=*/true);
