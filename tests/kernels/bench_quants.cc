@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/quants.h"
@@ -128,6 +129,13 @@ int batch_table(int64_t n_cols, int iters) {
             for (int64_t n : {576, 1536}) {
                 const double s = bench_packed(t, n_cols, iters, &sink, ref_order, 128, n);
                 std::printf("  128x%-4lld %6.1f", static_cast<long long>(n), static_cast<double>(n_cols) * 128 * n / s / 1e9);
+            }
+            // Matrices of the models, streamed from memory: the default model's vocabulary product, the
+            // 1B model's FFN up and down projections.
+            for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{49152, 576}, {5632, 2048}, {2048, 5632}}) {
+                const double s = bench_packed(t, n_cols, iters / 100 + 1, &sink, ref_order, rows, n);
+                std::printf("  %lldx%lld %6.1f", static_cast<long long>(rows), static_cast<long long>(n),
+                            static_cast<double>(n_cols) * rows * n / s / 1e9);
             }
             std::printf(" G mul-add/s\n");
         }
