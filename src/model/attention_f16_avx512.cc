@@ -78,13 +78,81 @@ void dots_prefill_group_avx512(const float* q, int n_q, const uint16_t* k, int s
     }
 }
 
+// The decode order's lane reduction (attn_x86::reduce_eight) of four dots' x, in order in one
+// vector.
+inline __m128 reduce_four(__m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+    const __m256 t01 = _mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20), _mm256_permute2f128_ps(x0, x1, 0x31));
+    const __m256 t23 = _mm256_add_ps(_mm256_permute2f128_ps(x2, x3, 0x20), _mm256_permute2f128_ps(x2, x3, 0x31));
+    const __m256 r = _mm256_hadd_ps(_mm256_hadd_ps(t01, t23), _mm256_hadd_ps(t01, t23));  // r0 r2 . . | r1 r3 . .
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+}
+
+// Decode dots of NG heads (head size 64) against count rows of K. The 8-lane kernel
+// (attn_x86::dots_decode_64) reads its queries from memory for every row: 24 loads a row for
+// three heads, on top of the row's 8, and the loads were its bound. Here the heads' queries stay
+// in 12 registers for the whole block and a row is 4 loads. Each 16-lane register holds two of
+// the 8-lane kernel's accumulators side by side, so every lane sees the same operations: with
+// k_i = row elements 16i.., a01 = k2 * q[32..48) + (k0 * q[0..16) + 0) is (a0 | a1), a23 the
+// same over k1, k3 is (a2 | a3), and x = the halves of a01 + a23 added, (a0 + a2) + (a1 + a3).
+// Four rows' x per head are reduced together (12 of the 32 registers).
+template <int NG>
+void dots_heads_64(const float* q, const uint16_t* k, int stride, int count, float scale, float* out,
+                   int out_stride) {
+    __m512 qv[NG][4];
+    _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g)
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) qv[g][i] = _mm512_loadu_ps(q + g * 64 + 16 * i);
+    const __m512 zero = _mm512_setzero_ps();
+    const auto row = [&](const uint16_t* kr, int g, const __m512 (&kv)[4]) __attribute__((always_inline)) {
+        const __m512 a01 = _mm512_fmadd_ps(kv[2], qv[g][2], _mm512_fmadd_ps(kv[0], qv[g][0], zero));
+        const __m512 a23 = _mm512_fmadd_ps(kv[3], qv[g][3], _mm512_fmadd_ps(kv[1], qv[g][1], zero));
+        const __m512 s = _mm512_add_ps(a01, a23);
+        (void)kr;
+        return _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+    };
+    const auto load_row = [&](const uint16_t* kr, __m512 (&kv)[4]) __attribute__((always_inline)) {
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
+            kv[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kr + 16 * i)));
+    };
+    const __m128 vscale = _mm_set1_ps(scale);
+    int j0 = 0;
+    for (; j0 + 4 <= count; j0 += 4) {
+        __m256 x[NG][4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {
+            const uint16_t* kr = k + static_cast<size_t>(j0 + j) * stride;
+            __m512 kv[4];
+            load_row(kr, kv);
+            _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) x[g][j] = row(kr, g, kv);
+        }
+        _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) {
+            _mm_storeu_ps(out + static_cast<size_t>(g) * out_stride + j0,
+                          _mm_mul_ps(reduce_four(x[g][0], x[g][1], x[g][2], x[g][3]), vscale));
+        }
+    }
+    for (int j = j0; j < count; ++j) {
+        const uint16_t* kr = k + static_cast<size_t>(j) * stride;
+        __m512 kv[4];
+        load_row(kr, kv);
+        _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) {
+            out[static_cast<size_t>(g) * out_stride + j] = attn_x86::reduce_one(row(kr, g, kv)) * scale;
+        }
+    }
+}
+
 void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int stride, int count, int n, float scale,
                               float* out, int out_stride) {
     if (n != 64) {
         attn_f16_kernels_avx2()->dots_decode_group(q, n_q, k, stride, count, n, scale, out, out_stride);
         return;
     }
-    attn_x86::dots_decode_64<3>(q, n_q, k, stride, count, scale, out, out_stride);
+    for (int g0 = 0; g0 < n_q; g0 += 3) {
+        const float* qg = q + static_cast<size_t>(g0) * 64;
+        float* og = out + static_cast<size_t>(g0) * out_stride;
+        switch (std::min(3, n_q - g0)) {
+            case 1: dots_heads_64<1>(qg, k, stride, count, scale, og, out_stride); break;
+            case 2: dots_heads_64<2>(qg, k, stride, count, scale, og, out_stride); break;
+            default: dots_heads_64<3>(qg, k, stride, count, scale, og, out_stride); break;
+        }
+    }
 }
 
 // See attention_f16_decode_x86.h: three heads and two dimensions per pass (24 of the 32 registers).
