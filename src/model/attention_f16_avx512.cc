@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "model/attention_f16.h"
 #include "model/attention_f16_decode_x86.h"
@@ -155,9 +156,120 @@ void dots_decode_group_avx512(const float* q, int n_q, const uint16_t* k, int st
     }
 }
 
-// See attention_f16_decode_x86.h: three heads and two dimensions per pass (24 of the 32 registers).
+// Decode P·V in 16-lane registers. The 8-lane kernel (attention_f16_decode_x86.h) keeps a
+// (head, dimension)'s 32 partial rows in four accumulators a[k % 4] (vector k: positions 8k..);
+// here positions 16K.. are one vector, whose lanes are those of vectors 2K and 2K + 1 side by
+// side, so A[K % 2] = (a[2 (K % 2)] | a[2 (K % 2) + 1]) and every lane sees the same positions
+// in the same order. At the end A0 + A1 = (a0 + a2 | a1 + a3) and its halves added are the
+// 8-lane kernel's x, reduced as there (reduce_eight). Three heads by four dimensions per pass
+// (24 accumulators): half the passes, V slices and weight loads of the 8-lane kernel, whose
+// fixed cost per pass made up much of a short context's time.
+template <int kG, int kDD, int M, bool kMask = false>
+__attribute__((always_inline)) inline void pv16_step(__m512 (&a)[kG][kDD][2], const float* const* w, int i,
+                                                     const uint16_t* col, size_t ds, __mmask16 keep = 0) {
+    __m512 v[kDD];
+    _Pragma("GCC unroll 8") for (int dd = 0; dd < kDD; ++dd) {
+        const uint16_t* c = col + dd * ds;
+        // The last, partial vector: its lanes from the end on are zero on both sides (slots
+        // not yet written, weights not ours), so they add +0 to rows that are never -0.
+        v[dd] = _mm512_cvtph_ps(kMask ? _mm256_maskz_loadu_epi16(keep, c)
+                                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < kG; ++g) {
+        __m512 pw = kMask ? _mm512_maskz_loadu_ps(keep, w[g] + i) : _mm512_loadu_ps(w[g] + i);
+        if constexpr (kDD > 1) __asm__("" : "+v"(pw));  // one load for the pass's dimensions
+        _Pragma("GCC unroll 8") for (int dd = 0; dd < kDD; ++dd) a[g][dd][M] = _mm512_fmadd_ps(v[dd], pw, a[g][dd][M]);
+    }
+}
+
+// Dimensions [d, d + kDD) of kG heads over the vectors k0 .. k0 + n_full (vector k: positions
+// 16k.. at vp[k - k0] + d * ds), then the first rem lanes of the next: x[g][dd].
+template <int kG, int kDD>
+inline void pv16_pass(const float* const* w, const uint16_t* const* vp, int k0, int n_full, int rem, size_t ds, int d,
+                      __m256 (&x)[kG][kDD]) {
+    __m512 a[kG][kDD][2];
+    _Pragma("GCC unroll 4") for (int g = 0; g < kG; ++g)
+        _Pragma("GCC unroll 8") for (int dd = 0; dd < kDD; ++dd) a[g][dd][0] = a[g][dd][1] = _mm512_setzero_ps();
+    const size_t off = static_cast<size_t>(d) * ds;
+    int k = k0;
+    const int k_end = k0 + n_full;
+    if (k % 2 == 1 && k < k_end) {
+        pv16_step<kG, kDD, 1>(a, w, 16 * k, vp[k - k0] + off, ds);
+        ++k;
+    }
+    for (; k + 2 <= k_end; k += 2) {
+        pv16_step<kG, kDD, 0>(a, w, 16 * k, vp[k - k0] + off, ds);
+        pv16_step<kG, kDD, 1>(a, w, 16 * (k + 1), vp[k + 1 - k0] + off, ds);
+    }
+    if (k < k_end) {
+        pv16_step<kG, kDD, 0>(a, w, 16 * k, vp[k - k0] + off, ds);
+        ++k;
+    }
+    if (rem > 0) {
+        const auto keep = static_cast<__mmask16>((1u << rem) - 1);
+        if (k % 2 == 0) {
+            pv16_step<kG, kDD, 0, true>(a, w, 16 * k, vp[k - k0] + off, ds, keep);
+        } else {
+            pv16_step<kG, kDD, 1, true>(a, w, 16 * k, vp[k - k0] + off, ds, keep);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < kG; ++g) {
+        _Pragma("GCC unroll 8") for (int dd = 0; dd < kDD; ++dd) {
+            const __m512 s = _mm512_add_ps(a[g][dd][0], a[g][dd][1]);
+            x[g][dd] = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+        }
+    }
+}
+
+// kG heads, every dimension (n % 8 == 0), 8 at a time into reduce_eight.
+template <int kG, int kDD>
+void pv16_heads(const float* const* w, const uint16_t* const* vp, int k0, int n_full, int rem, size_t ds,
+                float* const* out, int n) {
+    static_assert(8 % kDD == 0);
+    for (int d8 = 0; d8 < n; d8 += 8) {
+        __m256 xs[kG][8];
+        for (int dd0 = 0; dd0 < 8; dd0 += kDD) {
+            __m256 x[kG][kDD];
+            pv16_pass<kG, kDD>(w, vp, k0, n_full, rem, ds, d8 + dd0, x);
+            for (int g = 0; g < kG; ++g)
+                for (int dd = 0; dd < kDD; ++dd) xs[g][dd0 + dd] = x[g][dd];
+        }
+        for (int g = 0; g < kG; ++g) _mm256_storeu_ps(out[g] + d8, attn_x86::reduce_eight(xs[g]));
+    }
+}
+
+// AttnF16Kernels::pv_decode_t: false (nothing done) unless the V tiles hold 16 slots or a
+// multiple (bs % 16 == 0) and n % 8 == 0.
+bool pv16_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
+                   int p_end, float* const* out, int n) {
+    const int tile = attn_v_tile(bs);
+    if (tile % 16 != 0 || n % 8 != 0) return false;
+    const int k0 = p_begin / 16, n_full = (p_end - p_begin) / 16, rem = (p_end - p_begin) % 16;
+    thread_local std::vector<const uint16_t*> vp_store;
+    vp_store.resize(static_cast<size_t>(n_full) + 1);
+    const uint16_t** vp = vp_store.data();
+    for (int k = 0; k < n_full + (rem > 0 ? 1 : 0); ++k) {
+        const int i = p_begin + 16 * k;
+        vp[k] = blocks[(i - p_begin) / bs] + attn_v_offset(bs, n, i % bs, 0);
+    }
+    const auto ds = static_cast<size_t>(tile);
+    for (int g0 = 0; g0 < n_q; g0 += 3) {
+        const float* w[3];
+        const int ng = std::min(3, n_q - g0);
+        for (int g = 0; g < ng; ++g) w[g] = p + static_cast<size_t>(g0 + g) * p_stride;
+        switch (ng) {
+            case 1: pv16_heads<1, 8>(w, vp, k0, n_full, rem, ds, out + g0, n); break;
+            case 2: pv16_heads<2, 4>(w, vp, k0, n_full, rem, ds, out + g0, n); break;
+            default: pv16_heads<3, 4>(w, vp, k0, n_full, rem, ds, out + g0, n); break;
+        }
+    }
+    return true;
+}
+
 void pv_decode_t_avx512(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
                         int p_end, float* const* out, int n) {
+    if (pv16_decode_t(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) return;
+    // Tiles of 8 slots: attention_f16_decode_x86.h, three heads and two dimensions per pass.
     if (!attn_x86::pv_decode_t<3, 2>(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n)) {
         attn_pv_decode_t_generic(p, p_stride, n_q, blocks, bs, p_begin, p_end, out, n);
     }
