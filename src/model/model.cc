@@ -816,6 +816,15 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     prefetch_rows(b, hd * sizeof(uint16_t), v ? (n + v_tile - 1) / v_tile * v_tile : n, hd * sizeof(uint16_t));
                 };
                 ahead(false, p_begin);
+                // The next item's first K block (the next in this thread's share, unless stolen).
+                if (decode_only && w + 1 < items.size()) {
+                    const Scratch::AttnItem& nx = items[w + 1];
+                    const BatchSeq& ns = batch.seqs[s.seq[nx.t0]];
+                    const int n_last = s.pos[nx.ne > 0 ? s.attn_entries[nx.e0 + nx.ne - 1] : nx.t0] + 1;
+                    const int n_begin = window_begin(s.pos[nx.ne > 0 ? s.attn_entries[nx.e0] : nx.t0]) / bs * bs;
+                    prefetch_rows(kv_head_rows(kv, false, ns.block_table[n_begin / bs], il, nx.h0 / group, bs, hd),
+                                  hd * sizeof(uint16_t), std::min(bs, n_last - n_begin), hd * sizeof(uint16_t));
+                }
                 for (int e = 0; e < ne; ++e) {
                     const float* q = s.q.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + it.h0 * hd;
                     fk.round_f16_row(q, qh + e * nh * hd, nh * hd);
