@@ -508,6 +508,13 @@ void gemm_packed8(int64_t n, const void* w, int64_t n_rows, const void* a, int64
         if (n_cols >= kManyColsFrom) return gemm_many_columns<WB>(nb, wp, n_rows, ap, a_row_bytes, n_cols, out, out_stride);
     }
     int64_t c = 0;
+    // Q8_0 (no many-column kernel on AVX2) four activation rows a pass: the weight loads and
+    // |w| serve twice as many columns (`bench_quants batch 16`, avx2 q8_0 59-60 -> 61-62 G
+    // mul-add/s; FERROX_KERNELS_ISA=avx2 `ferrox bench -np 4` 740 -> 798 t/s, -np 16 +1 %).
+    if constexpr (Fmt<WB>::kQ8) {
+        for (; c + 4 <= n_cols; c += 4)
+            columns_pass<WB, 4>(nb, wp, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride, out_stride);
+    }
     for (; c + kCols <= n_cols; c += kCols)
         columns_pass<WB, kCols>(nb, wp, n_rows, ap + c * a_row_bytes, a_row_bytes, out + c * out_stride, out_stride);
     const uint8_t* ac = ap + c * a_row_bytes;
