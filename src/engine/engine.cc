@@ -56,12 +56,19 @@ struct Engine::Seq {
     double spec_trials = 0, spec_hits = 0;
     // With a draft model: the sequence's KV in the draft pool, and how many of its leading
     // tokens it holds (tokens[0, d_in_kv); past a rejected draft token it holds no more).
+    // Its leading blocks in the draft pool's prefix cache, as n_published and chain for the
+    // target's.
     std::unique_ptr<SeqKv> dkv;
     int d_in_kv = 0;
     bool d_off = false;  // it holds a token the draft model lacks: no draft model for it
+    int d_published = 0;
+    int32_t d_chain = -1;
+    uint32_t d_chain_epoch = 0;
     void drop_draft_kv() {
         dkv.reset();
         d_in_kv = 0;
+        d_published = 0;
+        d_chain = -1;
     }
     std::chrono::steady_clock::time_point t_submit, t_last_token;
 
@@ -300,6 +307,7 @@ Engine::Stats Engine::stats() const {
     st.n_preemptions = n_preemptions_.load();
     st.spec_drafted = spec_drafted_.load();
     st.spec_accepted = spec_accepted_.load();
+    st.draft_prefix_hit_tokens = draft_hit_tokens_.load();
     st.draft_model_rate = draft_rate_.load(std::memory_order_relaxed);
     st.step_seconds = static_cast<double>(step_ns_.load()) * 1e-9;
     st.forward_seconds = static_cast<double>(forward_ns_.load()) * 1e-9;
@@ -339,6 +347,9 @@ std::string Engine::prometheus() const {
         metric("ferrox_spec_draft_model_acceptance", "gauge",
                "The draft model's recent acceptance rate: where a new request's estimate starts.",
                st.draft_model_rate);
+        metric("ferrox_spec_draft_prefix_hit_tokens_total", "counter",
+               "Tokens whose draft-model KV came from the draft pool's prefix cache.",
+               static_cast<double>(st.draft_prefix_hit_tokens));
     }
     metric("ferrox_engine_steps_total", "counter", "Engine steps that ran a forward pass.",
            static_cast<double>(st.n_steps));
@@ -415,23 +426,62 @@ void Engine::update_gauges() {
     kv_cached_.store(kv_->n_cached());
 }
 
-// Publishes the sequence's newly completed blocks to the prefix cache.
-void Engine::publish_blocks(Seq& s) {
-    if (!s.caching(opts_)) return;
-    const int bs = opts_.block_size;
-    const std::vector<int32_t>& blocks = s.kv->blocks();
-    while ((s.n_published + 1) * bs <= s.n_in_kv) {
-        const int i = s.n_published++;
+namespace {
+
+// Publishes to pool's prefix cache the blocks of a sequence's KV (`blocks`) that its first
+// n_tokens tokens fill and that are not published yet (the first *n_published are); *chain and
+// *chain_epoch: the cache's block for the last published position.
+void publish_chain(KvPool& pool, const std::vector<int32_t>& blocks, const int32_t* tokens, int n_tokens,
+                   int* n_published, int32_t* chain, uint32_t* chain_epoch) {
+    const int bs = pool.geometry().block_size;
+    while ((*n_published + 1) * bs <= n_tokens) {
+        const int i = (*n_published)++;
         // When another sequence published the same prefix first (both computed it cold), the
         // chain continues from its block, so this sequence's later blocks are still found. That
         // block may have been evicted and handed out since: then the chain is broken.
-        if (i > 0 && (s.chain < 0 || kv_->epoch(s.chain) != s.chain_epoch || !kv_->published(s.chain))) {
-            s.chain = -1;
+        if (i > 0 && (*chain < 0 || pool.epoch(*chain) != *chain_epoch || !pool.published(*chain))) {
+            *chain = -1;
             continue;  // nothing after a broken link can be found
         }
-        s.chain = kv_->publish(blocks[i], i > 0 ? s.chain : -1, s.tokens.data() + static_cast<size_t>(i) * bs);
-        if (s.chain >= 0) s.chain_epoch = kv_->epoch(s.chain);
+        *chain = pool.publish(blocks[i], i > 0 ? *chain : -1, tokens + static_cast<size_t>(i) * bs);
+        if (*chain >= 0) *chain_epoch = pool.epoch(*chain);
     }
+}
+
+}  // namespace
+
+// Publishes the sequence's newly completed blocks to the prefix cache.
+void Engine::publish_blocks(Seq& s) {
+    if (!s.caching(opts_)) return;
+    publish_chain(*kv_, s.kv->blocks(), s.tokens.data(), s.n_in_kv, &s.n_published, &s.chain, &s.chain_epoch);
+}
+
+// The draft model's prefix cache: the draft pool publishes a sequence's full blocks of its own
+// tokens (not the draft tokens past them, which may be rejected), and a sequence's draft KV
+// starts from the longest cached prefix of its tokens, at most `limit` of them (the draft
+// model must still compute one token for its logits). So a prompt found in the target's cache
+// is mostly found in the draft's too, and the draft model catches up on what the target
+// computes, not on the whole prompt.
+void Engine::begin_draft_kv(Seq& s, int limit) {
+    if (s.dkv) return;
+    s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
+    const int bs = opts_.block_size;
+    if (!s.caching(opts_) || limit < bs) return;
+    std::vector<int32_t> matched;
+    draft_kv_->match_prefix(std::span<const int32_t>(s.tokens.data(), limit), limit / bs, &matched);
+    if (matched.empty()) return;
+    s.dkv->adopt(matched);
+    s.d_in_kv = static_cast<int>(matched.size()) * bs;
+    s.d_published = static_cast<int>(matched.size());
+    s.d_chain = matched.back();
+    s.d_chain_epoch = draft_kv_->epoch(s.d_chain);
+    draft_hit_tokens_.fetch_add(static_cast<uint64_t>(s.d_in_kv), std::memory_order_relaxed);
+}
+
+void Engine::publish_draft_blocks(Seq& s) {
+    if (!s.caching(opts_) || !s.dkv) return;
+    const int n = std::min(s.d_in_kv, static_cast<int>(s.tokens.size()));
+    publish_chain(*draft_kv_, s.dkv->blocks(), s.tokens.data(), n, &s.d_published, &s.d_chain, &s.d_chain_epoch);
 }
 
 // Frees the sequence's blocks (the full ones stay in the prefix cache) and marks it to go back
@@ -812,6 +862,7 @@ void Engine::model_drafts() {
             Seq& s = *c.s;
             if (c.taken == 0) continue;
             const int n = static_cast<int>(s.tokens.size());
+            begin_draft_kv(s, n - 1);
             if ((n - s.d_in_kv <= kNearlyLevel) != (pass == 0)) continue;
             const int chunk = std::min(n - s.d_in_kv, budget - used);
             if (chunk <= 0) {
@@ -828,7 +879,6 @@ void Engine::model_drafts() {
                 continue;
             }
             const bool level = s.d_in_kv + chunk == n;
-            if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
             // A full draft pool: draft what the blocks held allow; a sequence that cannot even
             // take its next tokens gives its blocks back, so that the others can go on drafting.
             if (!s.dkv->reserve(level ? n + c.taken - 1 : s.d_in_kv + chunk).is_ok()) {
@@ -857,6 +907,7 @@ void Engine::model_drafts() {
     for (size_t i = 0; i < active.size(); ++i) {
         Seq& s = *active[i];
         s.d_in_kv += draft_batch_.seqs[i].n_tokens;
+        publish_draft_blocks(s);
         if (draft_batch_.seqs[i].want_logits) propose(s, row++);
     }
     // One step per further draft token, for the sequences that take it.
@@ -902,6 +953,7 @@ void Engine::draft_prefills(int n_decode, int n_main) {
         Seq& s = *in_batch_[i];
         const int end = s.n_in_kv + batch_.seqs[i].n_tokens;  // the target's KV after this step
         if (s.params.draft_max == 0 || s.d_off || end >= draft_ctx_) continue;
+        begin_draft_kv(s, std::min(end, static_cast<int>(s.tokens.size()) - 1));
         // As many tokens as the target computes for it (a prompt found in the prefix cache
         // leaves the draft model behind: its catch-up must not delay the first token).
         const int n = std::min({end - s.d_in_kv, batch_.seqs[i].n_tokens, budget});
@@ -912,7 +964,6 @@ void Engine::draft_prefills(int n_decode, int n_main) {
             s.drop_draft_kv();
             continue;
         }
-        if (!s.dkv) s.dkv = std::make_unique<SeqKv>(draft_kv_.get());
         const int need = (s.d_in_kv + n + bs - 1) / bs - static_cast<int>(s.dkv->blocks().size());
         if (need > 0 && !draft_kv_->can_allocate(need + static_cast<int>(running_.size()))) continue;
         if (!s.dkv->reserve(s.d_in_kv + n).is_ok()) continue;
@@ -929,7 +980,10 @@ void Engine::draft_prefills(int n_decode, int n_main) {
         for (Seq* s : active) s->drop_draft_kv();
         return;
     }
-    for (size_t i = 0; i < active.size(); ++i) active[i]->d_in_kv += draft_batch_.seqs[i].n_tokens;
+    for (size_t i = 0; i < active.size(); ++i) {
+        active[i]->d_in_kv += draft_batch_.seqs[i].n_tokens;
+        publish_draft_blocks(*active[i]);
+    }
 }
 
 // One forward step over every running sequence. Returns false when there was nothing to do.

@@ -117,6 +117,8 @@ public:
         uint64_t spec_drafted = 0, spec_accepted = 0;
         // With a draft model: the acceptance rate a new request starts from (0 without one).
         double draft_model_rate = 0;
+        // With a draft model: tokens whose draft KV came from the draft pool's prefix cache.
+        uint64_t draft_prefix_hit_tokens = 0;
         // Wall time of the engine loop's iterations that ran a forward pass (admission,
         // batch building, the forward, sampling, detokenizing and the events), and of those
         // forward passes alone: 1 - forward / step is the engine's per-step overhead.
@@ -145,6 +147,8 @@ private:
     void add_draft_entry(Seq& s, const int32_t* toks, int n, bool logits);
     void preempt(Seq& s);
     void publish_blocks(Seq& s);
+    void begin_draft_kv(Seq& s, int limit);
+    void publish_draft_blocks(Seq& s);
     void update_gauges();
     void finish(Seq& s, FinishReason why, Status error = Status::ok());
     void emit_token(Seq& s, int32_t token, const float* logits);
@@ -211,6 +215,7 @@ private:
     std::atomic<uint64_t> prefix_lookups_{0}, prefix_lookup_tokens_{0}, prefix_hit_tokens_{0};
     std::atomic<uint64_t> n_preemptions_{0};
     std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0};
+    std::atomic<uint64_t> draft_hit_tokens_{0};  // Stats::draft_prefix_hit_tokens
     std::atomic<double> draft_rate_{0};  // model_rate(), for stats()
     // Stats::step_seconds / forward_seconds in nanoseconds; forward_ns_step_ is the last
     // step's forward (engine thread only), 0 when it ran none.

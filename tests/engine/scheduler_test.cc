@@ -942,8 +942,9 @@ TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
 }
 
 // The draft model computes no more of a prompt in a step than the target does: a prompt found
-// in the prefix cache (the target computes its last tokens, the draft model has none of it)
-// gets its first token without waiting for the draft model to catch up on the whole prompt.
+// in the prefix cache (the target computes its last tokens, the draft model has none of it: the
+// first request opted out of drafting) gets its first token without waiting for the draft
+// model to catch up on the whole prompt.
 TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
@@ -959,7 +960,10 @@ TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
     p.ignore_eos = true;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
-    run_alone(*engine, tr, 0, prompt, p);
+    GenerationParams no_drafts = p;
+    no_drafts.draft_max = 0;
+    run_alone(*engine, tr, 0, prompt, no_drafts);
+    EXPECT_EQ(engine->stats().draft_prefix_hit_tokens, 0u);
     size_t first_of_b = 0;
     {
         std::lock_guard<std::mutex> lk(log->mu);
@@ -977,6 +981,47 @@ TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
     EXPECT_EQ(target_chunk, 301 - 288);
     for (size_t j = first_of_b; j < i; ++j) EXPECT_LE(log->runs[j].second, target_chunk) << "draft forward " << j;
     EXPECT_GT(i, first_of_b);  // the draft model did take the step's tokens
+}
+
+// The draft pool has a prefix cache of its own: a prompt the target finds in its cache is found
+// in the draft model's too, so the draft model computes what the target computes (the last 13
+// tokens), not the whole prompt, and the request drafts from its first decoding step as the
+// first one did (without the draft cache it caught up on 288 tokens first, drafting nothing).
+TEST(Scheduler, DraftModelFindsAPromptInItsOwnPrefixCache) {
+    auto model = make_fake_model();
+    FakeModel& fake = fake_of(model);
+    auto draft = make_fake_model();  // the target's answers: every draft accepted
+    auto log = std::make_shared<ForwardLog>();
+    fake_of(draft).set_log(log, 'd');
+    Tracker tr;
+    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
+    ASSERT_TRUE(engine);
+    ReleaseOnExit guard{fake};
+    GenerationParams p = greedy(37);
+    p.ignore_eos = true;
+    p.draft_max = 8;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
+    const auto draft_tokens = [&] {
+        std::lock_guard<std::mutex> lk(log->mu);
+        int n = 0;
+        for (const auto& r : log->runs) n += r.second;
+        return n;
+    };
+    run_alone(*engine, tr, 0, prompt, p);
+    const uint64_t accepted_a = engine->stats().spec_accepted;
+    const int tokens_a = draft_tokens();
+    EXPECT_EQ(engine->stats().draft_prefix_hit_tokens, 0u);
+    prompt.push_back(5);  // the 300 tokens again, 288 of them in whole cached blocks, and one more
+    run_alone(*engine, tr, 1, prompt, p);
+    // Positions the fake draft model reads hold the sequence's own history (its error()).
+    EXPECT_EQ(fake_of(draft).error(), "");
+    const Engine::Stats st = engine->stats();
+    EXPECT_EQ(st.draft_prefix_hit_tokens, 288u);
+    EXPECT_EQ(st.spec_accepted - accepted_a, accepted_a);
+    // The first request's draft forwards took its 300 prompt tokens and its drafts; the
+    // second's 13 of its prompt and the same drafts.
+    EXPECT_EQ(draft_tokens() - tokens_a, tokens_a - 300 + 13);
 }
 
 // Priced: the prompt chunks the draft model computes are not draft steps, and are not timed as
