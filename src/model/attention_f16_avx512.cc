@@ -1,10 +1,12 @@
 // Compiled with AVX-512 F/VL/DQ/BW (+FMA, F16C); called only where the kernels' ISA is avx512
 // (kernels_isa_name(): CPUID, or FERROX_KERNELS_ISA). The prompt dots with 16-lane registers,
 // each lane's operations exactly those of the AVX2 kernel (attention_f16_avx2.cc), so every
-// head keeps its bits; the decode dots and P·V of attention_f16_decode_x86.h compiled with
-// AVX-512VL's 32 registers (8 lanes: on the machines measured a 512-bit multiply-add issues at
-// less than half the rate of two 256-bit ones, and the 16-lane decode dots were 15 % slower);
-// the other entries of the table are the AVX2 ones.
+// head keeps its bits; the decode dots (head size 64) and P·V (V tiles of 16 slots or more)
+// in 16-lane registers as well, with the queries or the accumulators held in registers (an
+// earlier 16-lane decode dot that reloaded its queries per row was 15 % slower than the 8-lane
+// one; these are faster: see dots_heads_64 and pv16_step), else attention_f16_decode_x86.h's
+// 8-lane kernels compiled with AVX-512VL's 32 registers; the other entries of the table are
+// the AVX2 ones.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -2,8 +2,9 @@
 // Decode attention in 8-lane registers: the grouped dots against K (dots_decode_64, at the end)
 // and P·V over the transposed V cache (AttnF16Kernels::pv_decode_t),
 // included by attention_f16_avx2.cc (16 registers: one dimension per pass) and
-// attention_f16_avx512.cc (32 registers with AVX-512VL: two; on the machines measured a 512-bit
-// multiply-add issues at less than half the rate of two 256-bit ones, so 8 lanes there too).
+// attention_f16_avx512.cc (32 registers with AVX-512VL: two), which has 16-lane versions of
+// both for its common shapes (the same operations per lane; fewer loads) and keeps these for
+// the others.
 //
 // In a block, one dimension's F16 values of 8 consecutive positions are one load; lane l of the
 // register holding positions 8m.. is position 8m + l, whose partial row is (8m + l) % 32, so the
