@@ -56,11 +56,11 @@ struct Engine::Seq {
     double spec_trials = 0, spec_hits = 0;
     // With a draft model: the sequence's KV in the draft pool, and how many of its leading
     // tokens it holds (tokens[0, d_in_kv); past a rejected draft token it holds no more).
-    // Its leading blocks in the draft pool's prefix cache, as n_published and chain for the
-    // target's.
     std::unique_ptr<SeqKv> dkv;
     int d_in_kv = 0;
     bool d_off = false;  // it holds a token the draft model lacks: no draft model for it
+    // Its leading blocks in the draft pool's prefix cache: n_published, chain and chain_epoch
+    // of the draft KV.
     int d_published = 0;
     int32_t d_chain = -1;
     uint32_t d_chain_epoch = 0;
