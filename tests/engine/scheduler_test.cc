@@ -1031,11 +1031,13 @@ TEST(Scheduler, DraftModelFindsAPromptInItsOwnPrefixCache) {
 TEST(Scheduler, DraftModelPromptChunksDoNotPriceOutDrafts) {
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
-    fake.set_step_time(2000, 20);
+    fake.set_step_time(10000, 100);
     auto draft = make_fake_model();
-    // A draft step of one token costs 300 us (it pays: every draft is right); a 48-token prompt
-    // chunk 9.7 ms, a fifth of which is dearer than a draft token is worth.
-    fake_of(draft).set_step_time(100, 200);
+    // A draft step of one token costs 1.5 ms (it pays: every draft is right, and at the prior
+    // acceptance a draft step up to ~6 ms would); a 48-token prompt chunk 48.5 ms, a fifth of
+    // which is dearer than a draft token is worth. (At a fifth of these times a sleep that
+    // overran by a millisecond under a loaded CI priced the drafts out.)
+    fake_of(draft).set_step_time(500, 1000);
     Tracker tr;
     auto engine = make_engine(model, options(1, 2048, 16, 512), draft);
     ASSERT_TRUE(engine);
