@@ -24,6 +24,7 @@
 // the forward pass writes and reads rows of blocks that the engine handed it.
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -112,7 +113,10 @@ private:
 
     KvGeometry geo_;
     int n_blocks_;
-    std::unique_ptr<uint8_t[]> storage_;
+    struct FreeDeleter {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, FreeDeleter> storage_;  // 2 MiB-aligned, huge pages where the kernel gives them
     uint8_t* base_;
     std::vector<int32_t> free_;
     std::vector<Meta> meta_;
