@@ -102,10 +102,42 @@ thread_local bool t_on_io_thread = false;
 
 // Guards posting from non-I/O threads against a stopped or destroyed io_context: `alive` is
 // cleared (under `mu`) once the I/O threads are joined, before the io_context is destroyed.
+//
+// Responders' operations go through one queue here, run in order by one drain handler on an
+// I/O thread, which dispatches each onto its connection's strand. Posting each on its own cost
+// the posting thread ~6 us (a wake-up of the I/O thread, mostly), and the engine thread posts
+// every token of a step in a row: now the first operation of a burst posts the drain, the rest
+// only queue (~0.2 us). One drain at a time, so the operations of a connection keep their order.
 struct Hub {
     std::mutex mu;
     bool alive = true;
     asio::any_io_executor ex;  // the io_context's, for work that has no connection any more
+    std::vector<std::function<void()>> queue;  // guarded by mu
+    bool draining = false;                     // a drain is posted or running (guarded by mu)
+
+    // Under mu, alive: queues op and posts the drain unless one is pending.
+    void enqueue_locked(std::function<void()> op) {
+        queue.push_back(std::move(op));
+        if (draining) return;
+        draining = true;
+        asio::post(ex, [this] { drain(); });
+    }
+
+    void drain() {
+        std::vector<std::function<void()>> batch;
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                batch.clear();
+                batch.swap(queue);
+                if (batch.empty()) {
+                    draining = false;
+                    return;
+                }
+            }
+            for (auto& op : batch) op();
+        }
+    }
 };
 
 // What a responder shares with its connection: read from any thread.
@@ -467,12 +499,13 @@ class ResponderImpl final : public HttpResponder {
             std::lock_guard<std::mutex> lk(hub_->mu);
             if (hub_->alive) {
                 if (std::shared_ptr<Connection> c = conn_.lock()) {
-                    const asio::any_io_executor& ex = c->executor();
-                    asio::post(ex, [c, seq = seq_, fn = std::move(fn)]() mutable {
-                        c->guarded([&] { c->do_on_disconnect(seq, std::move(fn)); });
+                    hub_->enqueue_locked([c, seq = seq_, fn = std::move(fn)]() mutable {
+                        asio::dispatch(c->executor(), [c, seq, fn = std::move(fn)]() mutable {
+                            c->guarded([&] { c->do_on_disconnect(seq, std::move(fn)); });
+                        });
                     });
                 } else if (state_->disconnected.load(std::memory_order_acquire)) {
-                    asio::post(hub_->ex, [fn = std::move(fn)] { run_callback(fn); });
+                    hub_->enqueue_locked([fn = std::move(fn)] { run_callback(fn); });
                 }
                 return;
             }
@@ -486,10 +519,11 @@ class ResponderImpl final : public HttpResponder {
     }
 
   private:
-    // Counts `counted` bytes as pending, then runs op(connection) on its strand; the bytes are
-    // uncounted when the op is dropped, or at once when the connection or server is gone. An op
-    // that throws leaves them counted (it may have queued them); its connection is closed or
-    // answered, and pending_bytes() of a gone client reads 0.
+    // Counts `counted` bytes as pending, then runs op(connection) on its strand (through the
+    // hub's queue, in the order of the calls); the bytes are uncounted when the op is dropped,
+    // or at once when the connection or server is gone. An op that throws leaves them counted
+    // (it may have queued them); its connection is closed or answered, and pending_bytes() of a
+    // gone client reads 0.
     template <typename Op>
     void post(size_t counted, Op&& op) {
         if (counted) state_->pending.fetch_add(counted, std::memory_order_acq_rel);
@@ -498,15 +532,13 @@ class ResponderImpl final : public HttpResponder {
             std::lock_guard<std::mutex> lk(hub_->mu);
             if (hub_->alive) {
                 if (std::shared_ptr<Connection> c = conn_.lock()) {
-                    const asio::any_io_executor& ex = c->executor();
-                    asio::post(ex,
-                               [c, state = state_, counted, op = std::forward<Op>(op)]() mutable {
-                                   bool dropped = false;
-                                   c->guarded([&] { dropped = !op(*c); });
-                                   if (dropped && counted) {
-                                       state->pending.fetch_sub(counted, std::memory_order_acq_rel);
-                                   }
-                               });
+                    hub_->enqueue_locked([c, state = state_, counted, op = std::forward<Op>(op)]() mutable {
+                        asio::dispatch(c->executor(), [c, state, counted, op = std::move(op)]() mutable {
+                            bool dropped = false;
+                            c->guarded([&] { dropped = !op(*c); });
+                            if (dropped && counted) state->pending.fetch_sub(counted, std::memory_order_acq_rel);
+                        });
+                    });
                     posted = true;
                 }
             }
@@ -1092,10 +1124,13 @@ void Connection::cancel_timer() {
 
 HttpServer::Impl::~Impl() {
     shutdown(0);
+    std::vector<std::function<void()>> unrun;  // what no drain ran: its connections go below too
     {
         std::lock_guard<std::mutex> lk(hub_->mu);
         hub_->alive = false;
+        unrun.swap(hub_->queue);
     }
+    unrun.clear();
     std::unordered_map<Connection*, std::shared_ptr<Connection>> left;
     {
         std::lock_guard<std::mutex> lk(registry_mu_);

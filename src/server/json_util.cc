@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "core/check.h"
 #include "server/json_body.h"
 
 namespace ferrox {
@@ -170,6 +171,30 @@ bool Fields::strings(const char* key, size_t max_n, std::vector<std::string>* ou
         out->push_back(s.get<std::string>());
     }
     return true;
+}
+
+const std::string& ChunkTemplate::marker() {
+    static const std::string m = "\x01" "ferrox:chunk-text" "\x01";
+    return m;
+}
+
+ChunkTemplate::ChunkTemplate(const json& shape) {
+    const std::string whole = dump(shape);
+    const std::string m = dump(json(marker()));
+    const size_t at = whole.find(m);
+    CHECK(at != std::string::npos && whole.find(m, at + 1) == std::string::npos);
+    CHECK(whole.find('\n') == std::string::npos);  // compact: one SSE data line
+    head_ = "data: " + whole.substr(0, at);
+    tail_ = whole.substr(at + m.size()) + "\n\n";
+}
+
+std::string ChunkTemplate::render(std::string_view text) const {
+    std::string out;
+    out.reserve(head_.size() + text.size() + tail_.size() + 8);
+    out += head_;
+    out += dump(json(text));
+    out += tail_;
+    return out;
 }
 
 int64_t unix_now() {

@@ -43,6 +43,24 @@ struct Fields {
     std::string name(const char* key) const { return prefix + key; }
 };
 
+// A streamed chunk whose only varying part is one string: `shape` is dumped once with the
+// string marker() where the text goes, and each chunk is the SSE event of that dump with the
+// text's JSON in place of the marker's, byte for byte what sse_event(dump(shape with the text))
+// gives (the same serializer writes the text, the rest is the same dump). A token's chunk built
+// as a JSON object costs ~5 us of the engine thread (where events are built) against ~0.3 us
+// spliced, 16 of them per step at 16 streams.
+class ChunkTemplate {
+  public:
+    ChunkTemplate() = default;
+    explicit ChunkTemplate(const json& shape);
+    static const std::string& marker();
+    bool empty() const { return head_.empty(); }
+    std::string render(std::string_view text) const;
+
+  private:
+    std::string head_, tail_;  // "data: {...": before the text; "...}\n\n": after it
+};
+
 int64_t unix_now();
 // prefix + 24 random hex digits, e.g. "chatcmpl-3f2a..."
 std::string random_id(const char* prefix);

@@ -289,6 +289,15 @@ class ChatSink final : public GenerationSink {
             for (const TokenLogprob& t : lps) lp.push_back(logprob_entry(t));
             if (!stream_) for (auto& e : lp) ch.logprobs.push_back(e);
         }
+        if (d.kind == ChatDelta::Kind::kText && !d.text.empty() && lp.is_null()) {
+            ch.text += d.text;
+            if (!stream_) return;
+            if (text_chunks_.size() <= static_cast<size_t>(i)) text_chunks_.resize(i + 1);
+            ChunkTemplate& t = text_chunks_[i];
+            if (t.empty()) t = ChunkTemplate(chunk(i, {{"content", ChunkTemplate::marker()}}, nullptr, nullptr));
+            res.write(t.render(d.text));
+            return;
+        }
         json delta = json::object();
         switch (d.kind) {
             case ChatDelta::Kind::kText:
@@ -382,13 +391,17 @@ class ChatSink final : public GenerationSink {
                     {"model", model_->info().id}, {"system_fingerprint", kFingerprint}};
     }
 
-    void write_chunk(HttpResponder& res, size_t i, const json& delta, const json& lp, const char* finish) {
+    json chunk(size_t i, const json& delta, const json& lp, const char* finish) const {
         json c = chunk_base();
         json choice = {{"index", i}, {"delta", delta}};
         choice["logprobs"] = lp.is_null() ? json(nullptr) : json{{"content", lp}};
         choice["finish_reason"] = finish ? json(finish) : json(nullptr);
         c["choices"] = json::array({choice});
-        res.write(sse_event(dump(c)));
+        return c;
+    }
+
+    void write_chunk(HttpResponder& res, size_t i, const json& delta, const json& lp, const char* finish) {
+        res.write(sse_event(dump(chunk(i, delta, lp, finish))));
     }
 
     json logprob_entry(const TokenLogprob& lp) const {
@@ -419,6 +432,7 @@ class ChatSink final : public GenerationSink {
     std::string id_;
     int64_t created_ = 0;
     std::vector<Choice> choices_;
+    std::vector<ChunkTemplate> text_chunks_;  // per choice: the chunk of a text delta alone
 };
 
 void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {

@@ -47,7 +47,12 @@ class CompletionSink final : public GenerationSink {
             }
         }
         ch.text += d.text;
-        if (stream_ && (!d.text.empty() || !lp.is_null())) write_chunk(res, i, d.text, lp, nullptr);
+        if (!stream_ || (d.text.empty() && lp.is_null())) return;
+        if (!lp.is_null()) return write_chunk(res, i, d.text, lp, nullptr);
+        if (text_chunks_.size() <= static_cast<size_t>(i)) text_chunks_.resize(i + 1);
+        ChunkTemplate& t = text_chunks_[i];
+        if (t.empty()) t = ChunkTemplate(chunk(i, ChunkTemplate::marker(), nullptr, nullptr));
+        res.write(t.render(d.text));
     }
 
     void choice_end(HttpResponder& res, int i, const ChoiceEnd& end) override {
@@ -110,13 +115,17 @@ class CompletionSink final : public GenerationSink {
                     {"model", model_->info().id}, {"system_fingerprint", kFingerprint}};
     }
 
-    void write_chunk(HttpResponder& res, int i, const std::string& text, const json& lp, const char* finish) {
+    json chunk(int i, const std::string& text, const json& lp, const char* finish) const {
         json c = chunk_base();
         json choice = {{"text", text}, {"index", i}};
         choice["logprobs"] = lp;
         choice["finish_reason"] = finish ? json(finish) : json(nullptr);
         c["choices"] = json::array({choice});
-        res.write(sse_event(dump(c)));
+        return c;
+    }
+
+    void write_chunk(HttpResponder& res, int i, const std::string& text, const json& lp, const char* finish) {
+        res.write(sse_event(dump(chunk(i, text, lp, finish))));
     }
 
     static json usage_json(const Usage& u) {
@@ -131,6 +140,7 @@ class CompletionSink final : public GenerationSink {
     std::string id_;
     int64_t created_ = 0;
     std::vector<Choice> choices_;
+    std::vector<ChunkTemplate> text_chunks_;  // per choice: the chunk of a text delta alone
 };
 
 void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
