@@ -72,6 +72,28 @@ float top_k_floor(const float* l, int32_t n, int k, std::vector<float>& scratch)
 
 }  // namespace
 
+namespace {
+
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// top-p over candidates sorted by logit: the length of the smallest prefix whose probability
+// (before the temperature: exp(logit - mx) / sum, with sum over every candidate the earlier
+// filters left) reaches top_p; 0 when rounding keeps the whole list below it.
+size_t nucleus(const std::vector<std::pair<float, int32_t>>& cand, float mx, double sum, float top_p) {
+    double cum = 0;
+    for (size_t i = 0; i < cand.size(); ++i) {
+        cum += std::exp(cand[i].first - mx) / sum;
+        if (cum >= top_p) return i + 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+// The filters run in llama.cpp's order on the logits before the temperature: top-k, top-p,
+// min-p; then the temperature and one draw.
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
     const SamplingParams& p = params_;
     for (const auto& [id, bias] : p.logit_bias) {
@@ -83,12 +105,11 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         last_prob_ = 1.0f;
         return static_cast<int32_t>(argmax_first(logits.data(), n_vocab_));  // kernels/ops.h
     }
+    if (p.top_k <= 0) return sample_without_top_k(logits.data());
 
-    // Candidates: the finite logits, or with top-k only those that can be among the k largest
-    // (at or above top_k_floor): the same top k after the partial sort, from a few hundred
-    // entries instead of the whole vocabulary.
-    const float floor = p.top_k > 0 ? top_k_floor(logits.data(), n_vocab_, p.top_k, chunk_max_)
-                                    : -std::numeric_limits<float>::infinity();
+    // Candidates: those that can be among the k largest (at or above top_k_floor), the same top
+    // k after the partial sort, from a few hundred entries instead of the whole vocabulary.
+    const float floor = top_k_floor(logits.data(), n_vocab_, p.top_k, chunk_max_);
     cand_.clear();
     const float* l = logits.data();
     int32_t i = 0;
@@ -104,74 +125,116 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         if (l[i] >= floor && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
     }
     if (cand_.empty()) return 0;  // every token banned: nothing sensible is left
-    auto by_logit = [](const auto& a, const auto& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    // top-k: the k best, in order. Without top-k the candidates stay in id order, and are
-    // ordered only as far as top-p needs (below): sorting a whole vocabulary cost 4.7 ms a token
-    // at 49,152 entries. The distribution is the same; which token a given draw lands on is not
-    // the order-dependent one of a fully sorted list.
-    bool sorted = false;
-    if (p.top_k > 0) {
-        const size_t k = std::min(cand_.size(), static_cast<size_t>(p.top_k));
-        std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
-        cand_.resize(k);
-        sorted = true;
-    }
-    float mx = cand_[0].first;
-    if (!sorted) {
-        for (const auto& c : cand_) mx = std::max(mx, c.first);
-    }
-
-    // Probabilities over the survivors before temperature, as llama.cpp's top-p and min-p
-    // see them.
-    {
+    const size_t k = std::min(cand_.size(), static_cast<size_t>(p.top_k));
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
+    cand_.resize(k);
+    const float mx = cand_[0].first;
+    if (p.top_p < 1.0f) {
         double sum = 0;
-        if (p.top_p < 1.0f) {
-            for (const auto& c : cand_) sum += std::exp(c.first - mx);
-        }
-        // top-p: the smallest prefix (by logit) whose probability mass reaches top_p. Unsorted
-        // candidates are ordered a growing prefix at a time (the nucleus is usually small).
-        if (p.top_p < 1.0f) {
-            size_t k = sorted ? cand_.size() : std::min<size_t>(cand_.size(), 64);
-            for (;;) {
-                if (!sorted) {
-                    const auto end_k = cand_.begin() + static_cast<std::ptrdiff_t>(k);
-                    if (k < cand_.size()) std::nth_element(cand_.begin(), end_k, cand_.end(), by_logit);
-                    std::sort(cand_.begin(), end_k, by_logit);
-                }
-                double cum = 0;
-                size_t keep = 0;
-                for (size_t i = 0; i < k; ++i) {
-                    cum += std::exp(cand_[i].first - mx) / sum;
-                    if (cum >= p.top_p) {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-                if (keep > 0) {
-                    cand_.resize(keep);
-                    break;
-                }
-                if (k == cand_.size()) break;  // rounding kept the mass below top_p: keep all
-                k = std::min(cand_.size(), k * 8);
+        for (const auto& c : cand_) sum += std::exp(c.first - mx);
+        const size_t keep = nucleus(cand_, mx, sum, p.top_p);
+        if (keep > 0) cand_.resize(keep);
+    }
+    if (p.min_p > 0.0f) {  // drop tokens with probability below min_p times the top token's
+        const float cut = mx + std::log(p.min_p);
+        size_t keep = 1;
+        while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
+        cand_.resize(keep);
+    }
+    return draw(mx);
+}
+
+// Without top-k every finite logit is a candidate. Sorting 49,152 of them took ~3 ms a token
+// and their exps ~0.7 ms (16 streams of such requests: 10-40 ms of sampling per step on the
+// engine thread, more than the forward pass), so: the weights of the whole vocabulary in one
+// vectorized pass (kernels/ops.h's exp_shifted), then only what each filter needs sorted. The
+// top-p nucleus is a prefix of the logit order: one pass bins the mass by depth below the
+// maximum, and only the candidates down to the bin where it reaches top_p are sorted; min-p
+// alone keeps the candidates at or above its cut; with neither, the draw walks the weights in
+// id order. The kept set and the
+// probabilities are the full sort's (up to the exp's rounding: tests/engine/sampler_test.cc);
+// which token of equal probability mass a draw lands on follows the candidates' order.
+int32_t Sampler::sample_without_top_k(const float* l) {
+    const SamplingParams& p = params_;
+    const int32_t n = n_vocab_;
+    const float mx = max_finite(l, n);
+    if (!std::isfinite(mx)) return 0;  // every token banned (or NaN): nothing sensible is left
+    weights_.resize(static_cast<size_t>(n));
+    float* w = weights_.data();
+    cand_.clear();
+    if (p.top_p < 1.0f) {
+        const double sum = exp_shifted(l, mx, 1.0f, w, n);
+        const double want = static_cast<double>(p.top_p) * sum;
+        // The mass by depth below the maximum, in bins of 1/32 over [0, 32) and one for deeper:
+        // the first depth where it reaches top_p bounds the nucleus.
+        constexpr int kBins = 1024;
+        constexpr float kPerUnit = 32.0f;
+        double bins[kBins + 1] = {};
+        for (int32_t i = 0; i < n; ++i) {
+            const float v = l[i];
+            if (v <= mx && v >= mx - kBins / kPerUnit) {  // finite and within the binned depth
+                const int b = static_cast<int>((mx - v) * kPerUnit);
+                bins[b < kBins ? b : kBins - 1] += w[i];
+            } else {
+                bins[kBins] += w[i];  // deeper (NaN and +-inf weigh 0)
             }
-            sorted = true;
         }
-        // min-p: drop tokens with probability below min_p times the top token's
+        double cum = 0;
+        int b = 0;
+        while (b < kBins && (cum += bins[b]) < want) ++b;
+        // The candidates at or above the bin's floor, a prefix of the logit order holding the
+        // nucleus (unless rounding put its end a little lower: then a bin more, down to all).
+        for (;; ++b) {
+            const bool all = b >= kBins;
+            const float th = all ? -std::numeric_limits<float>::infinity() : mx - static_cast<float>(b + 1) / kPerUnit;
+            cand_.clear();
+            for (int32_t i = 0; i < n; ++i) {
+                if (l[i] >= th && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
+            }
+            std::sort(cand_.begin(), cand_.end(), by_logit);
+            const size_t keep = nucleus(cand_, mx, sum, p.top_p);
+            if (keep > 0) {
+                cand_.resize(keep);
+                break;
+            }
+            if (all) break;  // rounding kept the mass below top_p: keep every candidate
+        }
         if (p.min_p > 0.0f) {
             const float cut = mx + std::log(p.min_p);
-            if (sorted) {
-                size_t keep = 1;
-                while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
-                cand_.resize(keep);
-            } else {  // the same set, in id order (the top token is always kept: cut <= mx)
-                cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [cut](const auto& c) { return c.first < cut; }),
-                            cand_.end());
-            }
+            size_t keep = 1;
+            while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
+            cand_.resize(keep);
+        }
+        return draw(mx);
+    }
+    if (p.min_p > 0.0f) {  // the candidates at or above the cut, in id order
+        const float cut = mx + std::log(p.min_p);
+        for (int32_t i = 0; i < n; ++i) {
+            if (l[i] >= cut && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
+        }
+        return draw(mx);
+    }
+    // No filter: every finite token, drawn at the temperature from the weights in id order.
+    const double sum = exp_shifted(l, mx, 1.0f / p.temperature, w, n);
+    const double r = uniform() * sum;
+    double acc = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (!std::isfinite(l[i])) continue;
+        last = i;
+        acc += w[i];
+        if (r < acc) {
+            last_prob_ = static_cast<float>(w[i] / sum);
+            return i;
         }
     }
-    // temperature, then draw
+    last_prob_ = static_cast<float>(w[last] / sum);
+    return last;
+}
+
+// The temperature over the candidates left, then one draw; mx is the largest logit among them.
+int32_t Sampler::draw(float mx) {
+    const SamplingParams& p = params_;
     double sum = 0;
     for (auto& c : cand_) {
         c.first = static_cast<float>(std::exp((c.first - mx) / p.temperature));

@@ -44,6 +44,10 @@ public:
 private:
     void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
     double uniform();
+    // sample() without top-k: every finite logit is a candidate (see sampler.cc).
+    int32_t sample_without_top_k(const float* logits);
+    // Draws from cand_ (logits, after the filters) at the temperature.
+    int32_t draw(float mx);
 
     SamplingParams params_;
     int n_vocab_;
@@ -51,6 +55,7 @@ private:
     std::vector<std::pair<float, int32_t>> cand_;  // (logit or prob, id)
     std::vector<int32_t> counts_;                  // occurrences in the penalty window
     std::vector<float> chunk_max_;                 // top_k_floor's scratch
+    std::vector<float> weights_;                   // exp(logit - max) of every id (no top-k)
     float last_prob_ = 1.0f;
 };
 

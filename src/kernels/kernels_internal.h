@@ -33,6 +33,8 @@ struct OpsKernels {
                             int64_t ldc, int64_t m, const GemmEpilogue& epi);
     int64_t (*argmax_first)(const float* x, int64_t n);
     void (*rope_rotate)(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox);
+    float (*max_finite)(const float* x, int64_t n);
+    double (*exp_shifted)(const float* x, float m, float s, float* w, int64_t n);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

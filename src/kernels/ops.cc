@@ -155,12 +155,29 @@ PackedMatrix pack_matrix(const float* w, int64_t ldw, int64_t n, int64_t k, DTyp
     return out;
 }
 
+float max_finite_scalar(const float* x, int64_t n) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+        if (std::isfinite(x[i]) && x[i] > m) m = x[i];
+    }
+    return m;
+}
+
+double exp_shifted_scalar(const float* x, float m, float s, float* w, int64_t n) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        w[i] = std::isfinite(x[i]) ? std::exp((x[i] - m) * s) : 0.0f;
+        sum += w[i];
+    }
+    return sum;
+}
+
 namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
                       gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar,
-                      rope_rotate_scalar};
+                      rope_rotate_scalar, max_finite_scalar, exp_shifted_scalar};
 }
 }  // namespace detail
 
@@ -186,6 +203,10 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 }
 void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
 int64_t argmax_first(const float* x, int64_t n) { return detail::ops_kernels().argmax_first(x, n); }
+float max_finite(const float* x, int64_t n) { return detail::ops_kernels().max_finite(x, n); }
+double exp_shifted(const float* x, float m, float s, float* w, int64_t n) {
+    return detail::ops_kernels().exp_shifted(x, m, s, w, n);
+}
 void rope_rotate(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
     detail::ops_kernels().rope_rotate(x, cs, sn, n_rot, neox);
 }

@@ -52,6 +52,15 @@ void rope_rotate(float* x, const float* cs, const float* sn, int64_t n_rot, bool
 // `if (x[i] > x[best]) best = i` from best = 0 answers (0 when x[0] is NaN or n <= 0).
 int64_t argmax_first(const float* x, int64_t n);
 
+// The largest finite entry of x (NaN and +-inf skipped); -inf when none is finite.
+float max_finite(const float* x, int64_t n);
+
+// w[i] = exp((x[i] - m) * s) for each finite x[i] and 0 for the others (NaN, +-inf); returns
+// the sum of w, accumulated in double. A sampler's weights over a whole vocabulary: m its
+// largest finite logit, s 1 / temperature. exp is the AVX2 polynomial (relative error below
+// 2e-7) or std::exp; the sum's order is the kernel's own (the same for the same n).
+double exp_shifted(const float* x, float m, float s, float* w, int64_t n);
+
 // C = A * W^T over f32 rows: c[i * ldc + j] = sum_t a[i * lda + t] * w[j * ldw + t] for
 // i < m, j < n, t < k (A: (m, k), W: (n, k) as a weight matrix's rows, C: (m, n)); C is
 // overwritten and must not overlap A or W. Float accumulation (8 lanes per product on AVX2,

@@ -229,6 +229,48 @@ int64_t argmax_first_avx2(const float* x, int64_t n) {
     return 0;
 }
 
+// max_finite: running maxima of the finite lanes (|x| < inf is false for NaN and +-inf).
+float max_finite_avx2(const float* x, int64_t n) {
+    const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m0 = ninf, m1 = ninf;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        m0 = _mm256_max_ps(m0, _mm256_blendv_ps(ninf, a, _mm256_cmp_ps(_mm256_andnot_ps(sign, a), inf, _CMP_LT_OQ)));
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, b, _mm256_cmp_ps(_mm256_andnot_ps(sign, b), inf, _CMP_LT_OQ)));
+    }
+    float m = hmax_ps(_mm256_max_ps(m0, m1));
+    for (; i < n; ++i) {
+        const float v = x[i];
+        if (v - v == 0.0f && v > m) m = v;  // finite (no std:: call here, see simd_avx2.h)
+    }
+    return m;
+}
+
+// exp_shifted: 8 lanes of expf_ps, the non-finite lanes zeroed; the sum in two double
+// accumulators of 4 lanes (the low and high halves), added at the end.
+double exp_shifted_avx2(const float* x, float m, float s, float* w, int64_t n) {
+    const __m256 inf = _mm256_set1_ps(__builtin_inff()), sign = _mm256_set1_ps(-0.0f);
+    const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(s);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    const auto step = [&](__m256 v) {
+        const __m256 finite = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), inf, _CMP_LT_OQ);
+        // Non-finite lanes become 0 before the exp too, so it sees no NaN or infinity.
+        const __m256 d = _mm256_and_ps(_mm256_mul_ps(_mm256_sub_ps(v, vm), vs), finite);
+        const __m256 e = _mm256_and_ps(expf_ps(d), finite);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        return e;
+    };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(w + i, step(_mm256_loadu_ps(x + i)));
+    if (i < n) store_partial(w + i, n - i, step(load_partial(x + i, n - i, __builtin_nanf(""))));
+    const __m256d t = _mm256_add_pd(lo, hi);
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)));
+}
+
 // rope_rotate, 8 lanes: the scalar's fused multiply-adds and products lane by lane (fmsub of
 // the rounded x1 * s is the fma with its negation).
 void rope_rotate_avx2(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
@@ -710,7 +752,7 @@ void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
                       gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2,
-                      rope_rotate_avx2};
+                      rope_rotate_avx2, max_finite_avx2, exp_shifted_avx2};
 #if FERROX_AVX512
     ops->gemm_f32_packed = gemm_f32_packed_avx512;
 #else

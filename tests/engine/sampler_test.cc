@@ -269,5 +269,51 @@ TEST(Sampler, FastPathsChooseAsThePlainCode) {
     EXPECT_EQ(n_checked, 2400);
 }
 
+// Without top-k over a whole vocabulary (49,152 ids, the default model's), where the sampler no
+// longer sorts every candidate: top-p alone, with min-p, min-p alone and no filter at all, on
+// a flat and a peaked distribution with banned, NaN and +inf entries; each draw is a token the
+// plain code keeps, with its probability.
+TEST(Sampler, WithoutTopKOverAWholeVocabularyKeepsThePlainSet) {
+    const int32_t n = 49152;
+    std::mt19937 rng(7);
+    struct Cfg {
+        float top_p, min_p, temperature;
+    };
+    const Cfg cfgs[] = {{0.9f, 0.0f, 1.0f}, {0.95f, 0.05f, 0.8f}, {1.0f, 0.05f, 0.7f}, {1.0f, 0.0f, 1.0f},
+                        {1.0f, 0.0f, 0.6f}};
+    int n_checked = 0;
+    for (int dist = 0; dist < 2; ++dist) {
+        std::normal_distribution<float> nd(0.0f, dist == 0 ? 1.0f : 3.0f);
+        std::vector<float> base(static_cast<size_t>(n));
+        for (float& x : base) x = nd(rng);
+        if (dist == 1) base[123] += 12.0f, base[4567] += 11.0f;  // a few clear favourites
+        base[5] = -std::numeric_limits<float>::infinity();
+        base[6] = std::nanf("");
+        base[n - 1] = std::numeric_limits<float>::infinity();
+        for (const Cfg& c : cfgs) {
+            SamplingParams p;
+            p.top_k = 0;
+            p.top_p = c.top_p;
+            p.min_p = c.min_p;
+            p.temperature = c.temperature;
+            p.seed = 99 + static_cast<uint64_t>(dist);
+            Sampler fast(p, n);
+            PlainSampler plain(p);
+            for (int draw = 0; draw < 4; ++draw) {
+                std::vector<float> a = base, b = base;
+                const int32_t got = fast.sample(a, {});
+                plain.sample(b);
+                const auto it = std::find_if(plain.kept.begin(), plain.kept.end(),
+                                             [got](const auto& k) { return k.second == got; });
+                ASSERT_NE(it, plain.kept.end()) << "dist " << dist << " top_p " << c.top_p << " min_p " << c.min_p
+                                                << ": token " << got << " was filtered out";
+                ASSERT_NEAR(fast.last_prob(), it->first, 1e-6 + 1e-5 * it->first);
+                ++n_checked;
+            }
+        }
+    }
+    EXPECT_EQ(n_checked, 40);
+}
+
 }  // namespace
 }  // namespace ferrox

@@ -252,6 +252,40 @@ TEST_P(OpsTest, ArgmaxFirstIsThePlainLoop) {
     }
 }
 
+// max_finite skips NaN and +-inf; exp_shifted is exp((x - m) * s) per finite entry (relative
+// error 2e-7 of std::exp), 0 elsewhere, and its double sum is the sum of what it wrote.
+TEST_P(OpsTest, MaxFiniteAndExpShiftedSkipNonFinite) {
+    EXPECT_EQ(max_finite(nullptr, 0), -INFINITY);
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{100}, int64_t{49152}}) {
+        for (int variant = 0; variant < 5; ++variant) {
+            auto x = random_row(n, static_cast<uint32_t>(11 + variant), 12.0f);
+            if (variant == 1) x[n - 1] = INFINITY, x[0] = std::nanf("");            // never the maximum
+            if (variant == 2) x[n / 2] = -INFINITY, x[(n - 1) / 3] = 1e30f;         // a far one
+            if (variant == 3) x.assign(static_cast<size_t>(n), std::nanf(""));      // nothing finite
+            if (variant == 4 && n > 2) x[1] = -90.0f, x[2] = 88.0f;                 // exp under- and overflow
+            SCOPED_TRACE(::testing::Message() << "n " << n << " variant " << variant);
+            float want_max = -INFINITY;
+            for (float v : x)
+                if (std::isfinite(v) && v > want_max) want_max = v;
+            const float m = max_finite(x.data(), n);
+            EXPECT_EQ(m, want_max);
+            if (!std::isfinite(m)) continue;
+            for (float s : {1.0f, 1.25f, 0.5f}) {
+                std::vector<float> w(static_cast<size_t>(n), -1.0f);
+                const double sum = exp_shifted(x.data(), m, s, w.data(), n);
+                double got_sum = 0;
+                for (int64_t i = 0; i < n; ++i) {
+                    const float v = x[static_cast<size_t>(i)];
+                    const float want = std::isfinite(v) ? std::exp((v - m) * s) : 0.0f;
+                    ASSERT_NEAR(w[static_cast<size_t>(i)], want, 2.5e-7f * want + 1e-37f) << "i " << i << " s " << s;
+                    got_sum += w[static_cast<size_t>(i)];
+                }
+                EXPECT_NEAR(sum, got_sum, 1e-12 * got_sum);
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, OpsTest, ::testing::ValuesIn(kernel_test::all_isas()),
                          [](const auto& info) { return info.param; });
 
