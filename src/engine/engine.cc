@@ -1092,6 +1092,29 @@ bool Engine::step() {
         mask_cv_.wait(lk, [&] { return !mask_busy_; });
     }
     const int n_vocab = model_->forward_model().n_vocab();
+    // Each sequence's first token of the step is drawn on the forward pass's threads, one
+    // sequence at a time each (every sequence has its own sampler; a grammar's matcher shares
+    // caches, so constrained sequences draw below, in order). The rest is in order: emitting
+    // ends sequences, and a draft's next row waits on the token before it.
+    pre_.assign(in_batch.size(), -1);
+    if (st.is_ok()) {
+        pre_rows_.clear();
+        int r = 0;
+        for (size_t i = 0; i < in_batch.size(); ++i) {
+            if (!batch_.seqs[i].want_logits) continue;
+            const Seq& s = *in_batch[i];
+            if (!s.done && s.params.max_tokens != 0 && !s.matcher) pre_rows_.push_back({static_cast<int>(i), r});
+            ++r;
+        }
+        if (pre_rows_.size() > 1) {
+            model_->forward_model().parallel_for(static_cast<int>(pre_rows_.size()), [&](int k) {
+                const auto [i, r] = pre_rows_[static_cast<size_t>(k)];
+                Seq& s = *in_batch[static_cast<size_t>(i)];
+                const std::span<float> l(logits_.data() + static_cast<size_t>(r) * n_vocab, n_vocab);
+                pre_[static_cast<size_t>(i)] = s.sampler->sample(l, s.tokens);
+            });
+        }
+    }
     int row = 0;
     for (size_t i = 0; i < in_batch.size(); ++i) {
         Seq& s = *in_batch[i];
@@ -1114,14 +1137,15 @@ bool Engine::step() {
             finish(s, FinishReason::kLength);
             continue;
         }
-        // The next token from a logits row; -1 when the sequence ended in an error.
-        const auto next = [&](float* row_logits) -> int32_t {
+        // The next token from a logits row (`drawn`: already sampled from it above); -1 when
+        // the sequence ended in an error.
+        const auto next = [&](float* row_logits, int32_t drawn = -1) -> int32_t {
             const std::span<float> l(row_logits, n_vocab);
             if (s.matcher && !s.matcher->apply(l)) {
                 finish(s, FinishReason::kError, invalid_argument("the grammar allows no token of this vocabulary here"));
                 return -1;
             }
-            const int32_t tok = s.sampler->sample(l, s.tokens);
+            const int32_t tok = drawn >= 0 ? drawn : s.sampler->sample(l, s.tokens);
             if (s.matcher && !s.matcher->accept_token(tok)) {  // (the mask excluded it: not reached)
                 finish(s, FinishReason::kError, internal_error("the sampled token breaks the grammar"));
                 return -1;
@@ -1130,7 +1154,7 @@ bool Engine::step() {
             if (!s.done && s.matcher && s.matcher->must_end()) finish(s, FinishReason::kStop);
             return tok;
         };
-        int32_t tok = next(lg);
+        int32_t tok = next(lg, pre_[i]);
         // Draft tokens: while the token just drawn is the next draft token, the draft position's
         // KV row and logits are the ones plain decoding would have computed; draw from them.
         const int k = static_cast<int>(s.draft.size());

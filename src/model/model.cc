@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -979,6 +980,17 @@ void Model::ffn_residual(const LayerWeights& L, int t0, int t1) {
     }
     const size_t a = static_cast<size_t>(t0) * E;
     vec_add(s.x.data() + a, s.proj.data() + a, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
+}
+
+void Model::parallel_for(int n, const std::function<void(int)>& fn) {
+    if (n <= 1 || pool_->n_threads() == 1) {
+        for (int i = 0; i < n; ++i) fn(i);
+        return;
+    }
+    std::atomic<int> next{0};  // items in turn: their costs differ (greedy, top-p, grammar-free...)
+    pool_->run([&](int, int) {
+        for (int i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+    });
 }
 
 Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,6 +86,12 @@ public:
     // Whether the cache type works with this model (a one-line reason when not).
     virtual Status check_kv_type(KvType type) const = 0;
     virtual Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) = 0;
+    // Runs fn(i) for i in [0, n), on the forward pass's threads where the model has them (the
+    // caller's thread takes part; no forward may run meanwhile). Work between forward passes
+    // that splits by sequence, such as sampling each row.
+    virtual void parallel_for(int n, const std::function<void(int)>& fn) {
+        for (int i = 0; i < n; ++i) fn(i);
+    }
 };
 
 struct ModelOptions {
@@ -131,6 +138,7 @@ public:
     // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
     // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
     Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override;
+    void parallel_for(int n, const std::function<void(int)>& fn) override;
 
 private:
     Model() = default;
