@@ -49,23 +49,13 @@ namespace {
 float top_k_floor(const float* l, int32_t n, int k, std::vector<float>& scratch) {
     constexpr int32_t kChunk = 64;
     const float kNegInf = -std::numeric_limits<float>::infinity();
-    scratch.clear();
-    for (int32_t c = 0; c < n; c += kChunk) {
-        float m = kNegInf;  // NaN never taken
-        if (c + kChunk <= n) {
-            float lanes[16];
-            for (float& v : lanes) v = kNegInf;
-            for (int32_t i = c; i < c + kChunk; i += 16) {
-                for (int j = 0; j < 16; ++j) lanes[j] = lanes[j] < l[i + j] ? l[i + j] : lanes[j];
-            }
-            for (float v : lanes) m = m < v ? v : m;
-        } else {
-            for (int32_t i = c; i < n; ++i) m = m < l[i] ? l[i] : m;
-        }
+    const int32_t n_chunks = (n + kChunk - 1) / kChunk;
+    if (n_chunks < k) return kNegInf;
+    scratch.resize(static_cast<size_t>(n_chunks));
+    chunk_max(l, n, kChunk, scratch.data());  // kernels/ops.h; NaN never taken
+    for (float m : scratch) {
         if (m == std::numeric_limits<float>::infinity()) return kNegInf;
-        scratch.push_back(m);
     }
-    if (static_cast<int>(scratch.size()) < k) return kNegInf;
     std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), std::greater<float>());
     return scratch[k - 1];
 }
@@ -109,21 +99,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 
     // Candidates: those that can be among the k largest (at or above top_k_floor), the same top
     // k after the partial sort, from a few hundred entries instead of the whole vocabulary.
-    const float floor = top_k_floor(logits.data(), n_vocab_, p.top_k, chunk_max_);
-    cand_.clear();
     const float* l = logits.data();
-    int32_t i = 0;
-    for (; i + 16 <= n_vocab_; i += 16) {  // most groups of 16 hold no candidate: one test each
-        int hit = 0;
-        for (int j = 0; j < 16; ++j) hit |= l[i + j] >= floor;
-        if (!hit) continue;
-        for (int j = 0; j < 16; ++j) {
-            if (l[i + j] >= floor && std::isfinite(l[i + j])) cand_.emplace_back(l[i + j], i + j);
-        }
-    }
-    for (; i < n_vocab_; ++i) {
-        if (l[i] >= floor && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
-    }
+    collect(l, top_k_floor(l, n_vocab_, p.top_k, chunk_max_));
     if (cand_.empty()) return 0;  // every token banned: nothing sensible is left
     const size_t k = std::min(cand_.size(), static_cast<size_t>(p.top_k));
     std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);
@@ -151,9 +128,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
 // top-p nucleus is a prefix of the logit order: one pass bins the mass by depth below the
 // maximum, and only the candidates down to the bin where it reaches top_p are sorted; min-p
 // alone keeps the candidates at or above its cut; with neither, the draw walks the weights in
-// id order. The kept set and the
-// probabilities are the full sort's (up to the exp's rounding: tests/engine/sampler_test.cc);
-// which token of equal probability mass a draw lands on follows the candidates' order.
+// id order. The kept set and the probabilities are the full sort's (up to the exp's rounding:
+// tests/engine/sampler_test.cc); which token of equal probability mass a draw lands on
+// follows the candidates' order.
 int32_t Sampler::sample_without_top_k(const float* l) {
     const SamplingParams& p = params_;
     const int32_t n = n_vocab_;
@@ -187,10 +164,7 @@ int32_t Sampler::sample_without_top_k(const float* l) {
         for (;; ++b) {
             const bool all = b >= kBins;
             const float th = all ? -std::numeric_limits<float>::infinity() : mx - static_cast<float>(b + 1) / kPerUnit;
-            cand_.clear();
-            for (int32_t i = 0; i < n; ++i) {
-                if (l[i] >= th && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
-            }
+            collect(l, th);
             std::sort(cand_.begin(), cand_.end(), by_logit);
             const size_t keep = nucleus(cand_, mx, sum, p.top_p);
             if (keep > 0) {
@@ -208,10 +182,7 @@ int32_t Sampler::sample_without_top_k(const float* l) {
         return draw(mx);
     }
     if (p.min_p > 0.0f) {  // the candidates at or above the cut, in id order
-        const float cut = mx + std::log(p.min_p);
-        for (int32_t i = 0; i < n; ++i) {
-            if (l[i] >= cut && std::isfinite(l[i])) cand_.emplace_back(l[i], i);
-        }
+        collect(l, mx + std::log(p.min_p));
         return draw(mx);
     }
     // No filter: every finite token, drawn at the temperature from the weights in id order.
@@ -230,6 +201,18 @@ int32_t Sampler::sample_without_top_k(const float* l) {
     }
     last_prob_ = static_cast<float>(w[last] / sum);
     return last;
+}
+
+// cand_ = the finite logits at or above th, in id order (kernels/ops.h: a vector compare each
+// 8 logits; with a floor near the top few are).
+void Sampler::collect(const float* l, float th) {
+    ids_.resize(static_cast<size_t>(n_vocab_));
+    const int64_t k = ids_at_or_above(l, n_vocab_, th, ids_.data());
+    cand_.clear();
+    for (int64_t j = 0; j < k; ++j) {
+        const int32_t i = ids_[static_cast<size_t>(j)];
+        if (std::isfinite(l[i])) cand_.emplace_back(l[i], i);
+    }
 }
 
 // The temperature over the candidates left, then one draw; mx is the largest logit among them.

@@ -48,6 +48,7 @@ private:
     int32_t sample_without_top_k(const float* logits);
     // Draws from cand_ (logits, after the filters) at the temperature.
     int32_t draw(float mx);
+    void collect(const float* logits, float th);
 
     SamplingParams params_;
     int n_vocab_;
@@ -56,6 +57,7 @@ private:
     std::vector<int32_t> counts_;                  // occurrences in the penalty window
     std::vector<float> chunk_max_;                 // top_k_floor's scratch
     std::vector<float> weights_;                   // exp(logit - max) of every id (no top-k)
+    std::vector<int32_t> ids_;                     // collect()'s scratch
     float last_prob_ = 1.0f;
 };
 

@@ -35,6 +35,8 @@ struct OpsKernels {
     void (*rope_rotate)(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox);
     float (*max_finite)(const float* x, int64_t n);
     double (*exp_shifted)(const float* x, float m, float s, float* w, int64_t n);
+    void (*chunk_max)(const float* x, int64_t n, int64_t chunk, float* out);
+    int64_t (*ids_at_or_above)(const float* x, int64_t n, float th, int32_t* idx);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

@@ -172,12 +172,30 @@ double exp_shifted_scalar(const float* x, float m, float s, float* w, int64_t n)
     return sum;
 }
 
+void chunk_max_scalar(const float* x, int64_t n, int64_t chunk, float* out) {
+    for (int64_t c = 0; c * chunk < n; ++c) {
+        float m = -std::numeric_limits<float>::infinity();
+        const int64_t end = std::min(n, (c + 1) * chunk);
+        for (int64_t i = c * chunk; i < end; ++i) m = m < x[i] ? x[i] : m;  // NaN never taken
+        out[c] = m;
+    }
+}
+
+int64_t ids_at_or_above_scalar(const float* x, int64_t n, float th, int32_t* idx) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        if (x[i] >= th) idx[k++] = static_cast<int32_t>(i);
+    }
+    return k;
+}
+
 namespace detail {
 void fill_scalar_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_scalar,  softmax_scalar, silu_mul_scalar, vec_add_scalar,
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
                       gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar,
-                      rope_rotate_scalar, max_finite_scalar, exp_shifted_scalar};
+                      rope_rotate_scalar, max_finite_scalar, exp_shifted_scalar,
+                      chunk_max_scalar, ids_at_or_above_scalar};
 }
 }  // namespace detail
 
@@ -204,6 +222,12 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 void axpy(float a, const float* x, float* y, int64_t n) { detail::ops_kernels().axpy(a, x, y, n); }
 int64_t argmax_first(const float* x, int64_t n) { return detail::ops_kernels().argmax_first(x, n); }
 float max_finite(const float* x, int64_t n) { return detail::ops_kernels().max_finite(x, n); }
+void chunk_max(const float* x, int64_t n, int64_t chunk, float* out) {
+    detail::ops_kernels().chunk_max(x, n, chunk, out);
+}
+int64_t ids_at_or_above(const float* x, int64_t n, float th, int32_t* idx) {
+    return detail::ops_kernels().ids_at_or_above(x, n, th, idx);
+}
 double exp_shifted(const float* x, float m, float s, float* w, int64_t n) {
     return detail::ops_kernels().exp_shifted(x, m, s, w, n);
 }

@@ -55,6 +55,14 @@ int64_t argmax_first(const float* x, int64_t n);
 // The largest finite entry of x (NaN and +-inf skipped); -inf when none is finite.
 float max_finite(const float* x, int64_t n);
 
+// out[c] = the largest entry of x[c * chunk, min(n, (c + 1) * chunk)) for c < ceil(n / chunk),
+// NaN never taken (-inf for a chunk without a number). chunk >= 1.
+void chunk_max(const float* x, int64_t n, int64_t chunk, float* out);
+
+// The ids i < n with x[i] >= th (never a NaN), in increasing order, into idx (room for n);
+// returns how many.
+int64_t ids_at_or_above(const float* x, int64_t n, float th, int32_t* idx);
+
 // w[i] = exp((x[i] - m) * s) for each finite x[i] and 0 for the others (NaN, +-inf); returns
 // the sum of w, accumulated in double. A sampler's weights over a whole vocabulary: m its
 // largest finite logit, s 1 / temperature. exp is the AVX2 polynomial (relative error below

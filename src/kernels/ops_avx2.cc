@@ -271,6 +271,37 @@ double exp_shifted_avx2(const float* x, float m, float s, float* w, int64_t n) {
     return _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)));
 }
 
+// chunk_max: the chunk's whole vectors into one running maximum (max_ps(x, m) keeps m for a NaN
+// x), its tail and the lanes after.
+void chunk_max_avx2(const float* x, int64_t n, int64_t chunk, float* out) {
+    for (int64_t c = 0; c * chunk < n; ++c) {
+        const int64_t begin = c * chunk, end = n < begin + chunk ? n : begin + chunk;
+        __m256 m = _mm256_set1_ps(-__builtin_inff());
+        int64_t i = begin;
+        for (; i + 8 <= end; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+        float v = hmax_ps(m);
+        for (; i < end; ++i) v = v < x[i] ? x[i] : v;
+        out[c] = v;
+    }
+}
+
+// ids_at_or_above: one compare a vector; the set lanes' ids appended in order (few are).
+int64_t ids_at_or_above_avx2(const float* x, int64_t n, float th, int32_t* idx) {
+    const __m256 t = _mm256_set1_ps(th);
+    int64_t k = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), t, _CMP_GE_OQ)));
+        while (mask) {
+            idx[k++] = static_cast<int32_t>(i + __builtin_ctz(mask));
+            mask &= mask - 1;
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] >= th) idx[k++] = static_cast<int32_t>(i);
+    }
+    return k;
+}
+
 // rope_rotate, 8 lanes: the scalar's fused multiply-adds and products lane by lane (fmsub of
 // the rounded x1 * s is the fma with its negation).
 void rope_rotate_avx2(float* x, const float* cs, const float* sn, int64_t n_rot, bool neox) {
@@ -752,7 +783,8 @@ void override_ops(OpsKernels* ops) {
     *ops = OpsKernels{rms_norm_avx2,  softmax_avx2, silu_mul_avx2, vec_add_avx2,
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
                       gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2,
-                      rope_rotate_avx2, max_finite_avx2, exp_shifted_avx2};
+                      rope_rotate_avx2, max_finite_avx2, exp_shifted_avx2,
+                      chunk_max_avx2, ids_at_or_above_avx2};
 #if FERROX_AVX512
     ops->gemm_f32_packed = gemm_f32_packed_avx512;
 #else

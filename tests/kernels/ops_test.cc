@@ -286,6 +286,40 @@ TEST_P(OpsTest, MaxFiniteAndExpShiftedSkipNonFinite) {
     }
 }
 
+// chunk_max and ids_at_or_above answer as their plain loops: odd lengths and chunks, NaN,
+// +-inf and ties at the threshold.
+TEST_P(OpsTest, ChunkMaxAndIdsAtOrAboveAreThePlainLoops) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000}, int64_t{49152}}) {
+        for (int variant = 0; variant < 4; ++variant) {
+            auto x = random_row(n, static_cast<uint32_t>(21 + variant), 4.0f);
+            for (auto& v : x) v = std::round(v * 4.0f) / 4.0f;  // ties
+            if (variant == 1) x[0] = std::nanf(""), x[n - 1] = INFINITY;
+            if (variant == 2) x.assign(static_cast<size_t>(n), std::nanf(""));
+            if (variant == 3 && n > 9) x[9] = -INFINITY, x[n / 2] = std::nanf("");
+            for (int64_t chunk : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{100}}) {
+                SCOPED_TRACE(::testing::Message() << "n " << n << " variant " << variant << " chunk " << chunk);
+                const int64_t nc = (n + chunk - 1) / chunk;
+                std::vector<float> got(static_cast<size_t>(nc), 7.0f);
+                chunk_max(x.data(), n, chunk, got.data());
+                for (int64_t c = 0; c < nc; ++c) {
+                    float want = -INFINITY;
+                    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) want = want < x[i] ? x[i] : want;
+                    ASSERT_EQ(got[static_cast<size_t>(c)], want) << "chunk " << c;
+                }
+            }
+            for (float th : {-INFINITY, -1.0f, 0.0f, 2.25f, 100.0f}) {
+                SCOPED_TRACE(::testing::Message() << "n " << n << " variant " << variant << " th " << th);
+                std::vector<int32_t> got(static_cast<size_t>(n), -1), want;
+                const int64_t k = ids_at_or_above(x.data(), n, th, got.data());
+                for (int64_t i = 0; i < n; ++i)
+                    if (x[i] >= th) want.push_back(static_cast<int32_t>(i));
+                got.resize(static_cast<size_t>(k));
+                ASSERT_EQ(got, want);
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, OpsTest, ::testing::ValuesIn(kernel_test::all_isas()),
                          [](const auto& info) { return info.param; });
 
