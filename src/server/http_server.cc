@@ -123,20 +123,21 @@ struct Hub {
         asio::post(ex, [this] { drain(); });
     }
 
+    // One batch, then the next batch as a handler of its own, so that a stream of operations
+    // never keeps the I/O thread from its reads, accepts and timers.
     void drain() {
         std::vector<std::function<void()>> batch;
-        for (;;) {
-            {
-                std::lock_guard<std::mutex> lk(mu);
-                batch.clear();
-                batch.swap(queue);
-                if (batch.empty()) {
-                    draining = false;
-                    return;
-                }
-            }
-            for (auto& op : batch) op();
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            batch.swap(queue);
         }
+        for (auto& op : batch) op();
+        std::lock_guard<std::mutex> lk(mu);
+        if (queue.empty() || !alive) {
+            draining = false;
+            return;
+        }
+        asio::post(ex, [this] { drain(); });
     }
 };
 
