@@ -18,11 +18,12 @@ and 4 GB of disk.
 
 Usage: python3 scripts/make_random_model.py [-o models/random-1b] [--types F16,Q4_0,Q8_0,Q4_K_M]
        [--hidden 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000] [--seed 1]
-       [--threads N] [--force] [-v]
+       [--threads N] [--force] [-v] [--quantize-bin <llama.cpp build>/bin/llama-quantize]
 """
 import argparse
 import ctypes
 import os
+import subprocess
 import sys
 import time
 
@@ -146,7 +147,15 @@ def write_f16(path, a, tok):
     return n_params
 
 
-def quantize(src, dst, type_name, n_threads, verbose):
+def quantize(src, dst, type_name, n_threads, verbose, quantize_bin=None):
+    if quantize_bin:  # llama.cpp's own llama-quantize binary: the same quantizer, no Python binding
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.abspath(quantize_bin)) + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+        argv = [quantize_bin, src, dst, type_name] + ([str(n_threads)] if n_threads > 0 else [])
+        r = subprocess.run(argv, env=env, capture_output=not verbose, text=True)
+        if r.returncode != 0:
+            sys.exit(f"{quantize_bin} {src} -> {dst} ({type_name}) failed: {r.returncode}\n{r.stderr or ''}")
+        return
     import llama_cpp
     if not verbose:  # llama.cpp logs every tensor it converts
         global _quiet_log
@@ -178,6 +187,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="quantizer threads (0: all cores)")
     ap.add_argument("--force", action="store_true", help="rewrite files that exist")
     ap.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's quantizer log")
+    ap.add_argument("--quantize-bin", help="llama.cpp's llama-quantize to run instead of the llama_cpp "
+                    "package (its libraries beside it)")
     a = ap.parse_args()
     if a.hidden % a.heads or a.heads % a.kv_heads or a.hidden % 256 or a.ffn % 256:
         sys.exit("need hidden % heads == 0, heads % kv_heads == 0, hidden and ffn multiples of 256 (K-quants)")
@@ -208,7 +219,7 @@ def main():
             print(f"{dst}: exists")
             continue
         t0 = time.time()
-        quantize(f16, dst + ".part", t, a.threads, a.verbose)
+        quantize(f16, dst + ".part", t, a.threads, a.verbose, a.quantize_bin)
         os.replace(dst + ".part", dst)
         print(f"{dst}: {os.path.getsize(dst) / 2**30:.2f} GiB ({time.time() - t0:.0f} s)")
     if "F16" not in types and made_f16:
