@@ -535,28 +535,32 @@ void Engine::emit_token(Seq& s, int32_t token, const float* logits) {
     if (s.params.top_logprobs >= 0) {
         // Log-probabilities of the distribution the token was drawn from: the logits after
         // bias and penalties, at the sampling temperature (1 for greedy).
+        // log Z in one vector pass (kernels/ops.h; a loop of double exps over the vocabulary cost
+        // ~0.5 ms a token, on the engine thread); NaN and infinite logits weigh nothing in it.
         const float temp = s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f;
-        float mx = -INFINITY;
-        for (int i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i] / temp);
-        double z = 0;
-        for (int i = 0; i < n_vocab; ++i) z += std::exp(static_cast<double>(logits[i] / temp - mx));
-        const float log_z = static_cast<float>(std::log(z)) + mx;
+        const float mx = max_finite(logits, n_vocab);
+        lp_weights_.resize(static_cast<size_t>(n_vocab));
+        const double z = exp_shifted(logits, mx, 1.0f / temp, lp_weights_.data(), n_vocab);
+        const float log_z = static_cast<float>(std::log(z)) + mx / temp;
         TokenLogprob lp;
         lp.token = token;
         lp.logprob = logits[token] / temp - log_z;
         const int k = std::min(s.params.top_logprobs, n_vocab);
         if (k > 0) {
+            // The k largest logits (ties to the lower id): only those at or above a floor that
+            // at least k logits reach (sampler.h) are compared, not the whole vocabulary.
+            const float floor = top_k_logit_floor(logits, n_vocab, k, lp_chunks_);
+            lp_ids_.resize(static_cast<size_t>(n_vocab));
+            const int64_t m = ids_at_or_above(logits, n_vocab, floor, lp_ids_.data());
             std::vector<std::pair<float, int32_t>> best;
-            best.reserve(k + 1);
-            for (int i = 0; i < n_vocab; ++i) {
-                const float l = logits[i];
-                if (static_cast<int>(best.size()) < k || l > best.back().first) {
-                    auto it = std::upper_bound(best.begin(), best.end(), std::make_pair(l, i),
-                                               [](const auto& a, const auto& b) { return a.first > b.first; });
-                    best.insert(it, {l, i});
-                    if (static_cast<int>(best.size()) > k) best.pop_back();
-                }
-            }
+            best.reserve(static_cast<size_t>(m));
+            for (int64_t j = 0; j < m; ++j) best.emplace_back(logits[lp_ids_[j]], lp_ids_[j]);
+            const auto first = [](const auto& a, const auto& b) {
+                return a.first > b.first || (a.first == b.first && a.second < b.second);
+            };
+            const size_t kk = std::min(best.size(), static_cast<size_t>(k));
+            std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(kk), best.end(), first);
+            best.resize(kk);
             for (const auto& [l, i] : best) lp.top.emplace_back(i, l / temp - log_z);
         }
         ev.logprobs.push_back(std::move(lp));

@@ -219,6 +219,9 @@ private:
     std::atomic<double> draft_rate_{0};  // model_rate(), for stats()
     // Stats::step_seconds / forward_seconds in nanoseconds; forward_ns_step_ is the last
     // step's forward (engine thread only), 0 when it ran none.
+    std::vector<float> lp_weights_;                // emit_token(): exp_shifted's output
+    std::vector<float> lp_chunks_;                 // emit_token(): top_k_logit_floor's scratch
+    std::vector<int32_t> lp_ids_;                  // emit_token(): the top logprobs' candidates
     std::vector<int32_t> pre_;                     // step(): each entry's first token, drawn in parallel
     std::vector<std::pair<int, int>> pre_rows_;    // step(): (entry, logits row) drawn in parallel
     std::atomic<uint64_t> step_ns_{0}, forward_ns_{0}, n_steps_{0};

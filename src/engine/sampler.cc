@@ -41,16 +41,11 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
     }
 }
 
-namespace {
-
-// A lower bound on the k-th largest finite logit, from the largest of each chunk of 64: the k
-// largest chunk maxima are k distinct logits, so at least k logits reach the k-th of them.
-// -inf when it cannot bound (fewer chunks than k, or a chunk whose maximum is not finite).
-float top_k_floor(const float* l, int32_t n, int k, std::vector<float>& scratch) {
+float top_k_logit_floor(const float* l, int32_t n, int k, std::vector<float>& scratch) {
     constexpr int32_t kChunk = 64;
     const float kNegInf = -std::numeric_limits<float>::infinity();
     const int32_t n_chunks = (n + kChunk - 1) / kChunk;
-    if (n_chunks < k) return kNegInf;
+    if (n_chunks < k || k < 1) return kNegInf;
     scratch.resize(static_cast<size_t>(n_chunks));
     chunk_max(l, n, kChunk, scratch.data());  // kernels/ops.h; NaN never taken
     for (float m : scratch) {
@@ -59,8 +54,6 @@ float top_k_floor(const float* l, int32_t n, int k, std::vector<float>& scratch)
     std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), std::greater<float>());
     return scratch[k - 1];
 }
-
-}  // namespace
 
 namespace {
 
@@ -100,7 +93,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     // Candidates: those that can be among the k largest (at or above top_k_floor), the same top
     // k after the partial sort, from a few hundred entries instead of the whole vocabulary.
     const float* l = logits.data();
-    collect(l, top_k_floor(l, n_vocab_, p.top_k, chunk_max_));
+    collect(l, top_k_logit_floor(l, n_vocab_, p.top_k, chunk_max_));
     if (cand_.empty()) return 0;  // every token banned: nothing sensible is left
     const size_t k = std::min(cand_.size(), static_cast<size_t>(p.top_k));
     std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), by_logit);

@@ -28,6 +28,12 @@ struct SamplingParams {
     uint64_t seed = 0xFE770C5;
 };
 
+// A lower bound on the k-th largest finite logit of l[0, n), from the largest of each chunk of
+// 64 (the k largest chunk maxima are k distinct logits, so at least k logits reach the k-th
+// of them); -inf when it cannot bound (fewer chunks than k, or a chunk whose maximum is +inf).
+// `scratch` holds the chunk maxima.
+float top_k_logit_floor(const float* l, int32_t n, int k, std::vector<float>& scratch);
+
 class Sampler {
 public:
     Sampler(const SamplingParams& params, int n_vocab);
