@@ -105,12 +105,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         const size_t keep = nucleus(cand_, mx, sum, p.top_p);
         if (keep > 0) cand_.resize(keep);
     }
-    if (p.min_p > 0.0f) {  // drop tokens with probability below min_p times the top token's
-        const float cut = mx + std::log(p.min_p);
-        size_t keep = 1;
-        while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
-        cand_.resize(keep);
-    }
+    min_p_prefix(mx);
     return draw(mx);
 }
 
@@ -166,12 +161,7 @@ int32_t Sampler::sample_without_top_k(const float* l) {
             }
             if (all) break;  // rounding kept the mass below top_p: keep every candidate
         }
-        if (p.min_p > 0.0f) {
-            const float cut = mx + std::log(p.min_p);
-            size_t keep = 1;
-            while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
-            cand_.resize(keep);
-        }
+        min_p_prefix(mx);
         return draw(mx);
     }
     if (p.min_p > 0.0f) {  // the candidates at or above the cut, in id order
@@ -206,6 +196,16 @@ void Sampler::collect(const float* l, float th) {
         const int32_t i = ids_[static_cast<size_t>(j)];
         if (std::isfinite(l[i])) cand_.emplace_back(l[i], i);
     }
+}
+
+// min-p on candidates sorted by logit (mx the first's): drops tokens with probability below
+// min_p times the top token's, the top token always kept.
+void Sampler::min_p_prefix(float mx) {
+    if (params_.min_p <= 0.0f) return;
+    const float cut = mx + std::log(params_.min_p);
+    size_t keep = 1;
+    while (keep < cand_.size() && cand_[keep].first >= cut) ++keep;
+    cand_.resize(keep);
 }
 
 // The temperature over the candidates left, then one draw; mx is the largest logit among them.

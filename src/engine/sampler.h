@@ -55,6 +55,7 @@ private:
     // Draws from cand_ (logits, after the filters) at the temperature.
     int32_t draw(float mx);
     void collect(const float* logits, float th);
+    void min_p_prefix(float mx);
 
     SamplingParams params_;
     int n_vocab_;
