@@ -1094,7 +1094,9 @@ TEST(Scheduler, DraftModelRateRecoversAfterABadStretch) {
     ReleaseOnExit guard{fake};
     int n_req = 0;
     const auto answer = [&](int max_tokens) { answer_alone(*engine, tr, n_req, max_tokens, true); };
-    for (int i = 0; i < 4; ++i) answer(12);
+    // Four requests, or more while a loaded machine's slow steps priced the drafts out (a
+    // stretch with no draft says nothing of the rate).
+    for (int i = 0; i < 4 || (i < 16 && engine->stats().draft_model_rate >= 0.5); ++i) answer(12);
     const Engine::Stats bad = engine->stats();
     EXPECT_GT(bad.spec_drafted, 0u);
     EXPECT_EQ(bad.spec_accepted, 0u);
