@@ -34,6 +34,7 @@
 
 #include <type_traits>
 
+#include "kernels/prefetch_feed.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/simd_avx2.h"
 
@@ -223,6 +224,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
     static_assert(!F::kQ8);
     ColBlock cb[kChunkBlocks * kManyCols];
     alignas(32) float acc[kManyCols * 8];
+    PrefetchFeed* feed = t_prefetch_feed != nullptr && !t_prefetch_feed->done() ? t_prefetch_feed : nullptr;
     const __m256i low = _mm256_set1_epi8(15);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t c0 = 0; c0 < n_cols; c0 += kManyCols) {
@@ -242,6 +244,7 @@ void gemm_many_columns(int64_t nb, const uint8_t* w, int64_t n_rows, const uint8
                 }
                 const uint8_t* p = w + (g * nb + b0) * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p += F::kBlockBytes) {
+                    if (feed) feed->step();
                     prefetch_ahead<F::kBlockBytes>(p);
                     const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
                     const __m256 mx = load_mins<WB>(p);
@@ -395,13 +398,15 @@ template <typename WB, int NC>
 __attribute__((always_inline)) inline void pair_chunk_regs(const uint8_t* p0, const uint8_t* p1, int64_t nbk,
                                                            const ColBlock* cb, const uint8_t* yu, const uint8_t* ac,
                                                            int64_t b0, int64_t a_row_bytes, float* og,
-                                                           int64_t out_stride, bool first, int64_t ahead) {
+                                                           int64_t out_stride, bool first, int64_t ahead,
+                                                           PrefetchFeed* feed) {
     using F = Fmt<WB>;
     using YB = typename F::YB;
     using W = Wide<WB>;
     __m512 acc[NC];
     _Pragma("GCC unroll 16") for (int c = 0; c < NC; ++c) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(og + c * out_stride);
     for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
+        if (feed) feed->step();
         const PairBlock<WB> k = load_pair_block<WB>(p0, p1, ahead);
         const uint8_t* yq = W::kQ8 ? yu + b * NC * kQK
                                    : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);
@@ -426,6 +431,7 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
     const int64_t pairs = n_rows / 16;
     const int64_t tile = n_cols >= kRegCols ? kRegCols : kManyCols;
     const int64_t ahead = 2 * nb * F::kBlockBytes;  // the next pair (load_pair_block)
+    PrefetchFeed* feed = t_prefetch_feed != nullptr && !t_prefetch_feed->done() ? t_prefetch_feed : nullptr;
     for (int64_t c0 = 0; c0 < n_cols; c0 += tile) {
         const int nc = static_cast<int>(n_cols - c0 < tile ? n_cols - c0 : tile);
         const uint8_t* ac = a + c0 * a_row_bytes;
@@ -451,10 +457,10 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                     float* og = out + c0 * out_stride + 16 * gp;
                     if (nc == kRegCols) {
                         pair_chunk_regs<WB, kRegCols>(p0, p0 + nb * F::kBlockBytes, nbk, cb, yu, ac, b0, a_row_bytes,
-                                                      og, out_stride, b0 == 0, ahead);
+                                                      og, out_stride, b0 == 0, ahead, feed);
                     } else {
                         pair_chunk_regs<WB, kRegCols / 2>(p0, p0 + nb * F::kBlockBytes, nbk, cb, yu, ac, b0,
-                                                          a_row_bytes, og, out_stride, b0 == 0, ahead);
+                                                          a_row_bytes, og, out_stride, b0 == 0, ahead, feed);
                     }
                 }
                 continue;
@@ -467,6 +473,7 @@ void gemm_many_columns_512(int64_t nb, const uint8_t* w, int64_t n_rows, const u
                 const uint8_t* p0 = w + (2 * gp * nb + b0) * F::kBlockBytes;
                 const uint8_t* p1 = p0 + nb * F::kBlockBytes;
                 for (int64_t b = 0; b < nbk; ++b, p0 += F::kBlockBytes, p1 += F::kBlockBytes) {
+                    if (feed) feed->step();
                     const PairBlock<WB> k = load_pair_block<WB>(p0, p1, ahead);
                     const uint8_t* yq = W::kQ8 ? yu + b * nc * kQK
                                                : reinterpret_cast<const uint8_t*>(reinterpret_cast<const YB*>(ac)[b0 + b].qs);

@@ -153,7 +153,9 @@ private:
     // the output product's, one per sequence that wants logits).
     // quantized: quantize_inputs already wrote every input row (inside a parallel region that
     // computed them, saving the barrier of a region of its own).
-    void matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens = true, bool quantized = false);
+    // kv_feed: the threads' KV feeds (plan_kv_prefetch) are asked for during the product.
+    void matmuls(const MatJob* jobs, int n_jobs, int n_tok, bool rows_are_tokens = true, bool quantized = false,
+                 bool kv_feed = false);
     // The inputs' quantized rows [t0, t1) as matmuls(jobs, n_jobs, n_tok) would write them.
     void quantize_inputs(const MatJob* jobs, int n_jobs, int n_tok, int t0, int t1);
     // Where matmuls keeps each distinct input's quantized rows.
@@ -177,6 +179,8 @@ private:
     GemmPacked packed_gemm(const QuantKernels& k) const;
     void ffn_residual(const LayerWeights& L, int t0, int t1);
     void plan_attention(const Batch& batch);
+    bool plan_kv_prefetch(const Batch& batch, KvPool& kv, int il, int64_t steps);
+    int64_t feed_steps(const MatJob* jobs, int n_jobs, int n_tok) const;
     void write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h);
     void attention(const Batch& batch, KvPool& kv, int il);
     void attention_q8_0(const Batch& batch, KvPool& kv, int il);

@@ -203,6 +203,53 @@ TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
     }
 }
 
+// A decode step of 16 sequences (from 12 on, each layer's KV is asked for during the products
+// before its attention: Model::plan_kv_prefetch) gives each sequence the logits of its step
+// alone, for the weight types whose many-column kernels take the feed and one that does not,
+// with sequences shorter than a block, ending on a block's edge and spanning several blocks.
+TEST(Forward, WideDecodeStepsChangeNothing) {
+    for (DType type : {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0}) {
+        SCOPED_TRACE(std::string(dtype_name(type)));
+        TinyModelSpec spec;
+        spec.weight_type = type;
+        Loaded l = load_tiny(spec);
+        Model& m = *l.model;
+        constexpr int kSeqs = 16, kBlock = 8;
+        std::vector<std::vector<int32_t>> prompts(kSeqs);
+        for (int i = 0; i < kSeqs; ++i) {
+            prompts[i].resize(static_cast<size_t>(2 + (i * 7) % 41));  // 2 .. 42 tokens, 8 and 16 among them
+            for (size_t j = 0; j < prompts[i].size(); ++j) prompts[i][j] = static_cast<int32_t>((i * 31 + j * 17 + 5) % 320);
+        }
+        KvPool kv(m.kv_geometry(kBlock), kSeqs * (48 / kBlock + 1));
+        std::vector<std::unique_ptr<SeqKv>> seqs;
+        std::vector<float> lg(m.n_vocab());
+        Batch step;
+        for (int i = 0; i < kSeqs; ++i) {
+            const std::vector<int32_t>& p = prompts[i];
+            const int n_pre = static_cast<int>(p.size()) - 1;
+            seqs.push_back(std::make_unique<SeqKv>(&kv));
+            ASSERT_TRUE(seqs.back()->reserve(n_pre + 1).is_ok());
+            const SeqKv& s = *seqs.back();
+            Batch pre;
+            pre.tokens.assign(p.begin(), p.end() - 1);
+            pre.seqs.push_back({0, n_pre, 0, s.blocks().data(), static_cast<int>(s.blocks().size()), true});
+            ASSERT_TRUE(m.forward(pre, kv, lg).is_ok());
+            step.seqs.push_back({i, 1, n_pre, s.blocks().data(), static_cast<int>(s.blocks().size()), true});
+            step.tokens.push_back(p.back());
+        }
+        std::vector<float> logits(static_cast<size_t>(kSeqs) * m.n_vocab());
+        ASSERT_TRUE(m.forward(step, kv, logits).is_ok());
+        for (int i = 0; i < kSeqs; ++i) {
+            SCOPED_TRACE(i);
+            // Alone: the prompt but its last token in one chunk, then that token's decode step.
+            const std::vector<float> want = run_alone(m, prompts[i], kBlock, static_cast<int>(prompts[i].size()) - 1);
+            ASSERT_EQ(std::vector<float>(logits.begin() + static_cast<size_t>(i) * m.n_vocab(),
+                                         logits.begin() + static_cast<size_t>(i + 1) * m.n_vocab()),
+                      want);
+        }
+    }
+}
+
 // A Q8_0 KV cache (--kv-type q8_0) stores K and V in 8 bits: the logits move by the rounding
 // of K and V, much less than the spread of the logits, and the batch still changes nothing.
 TEST(Forward, Q8KvCacheIsCloseToF16) {
