@@ -90,6 +90,25 @@ inline __m128 reduce_four(__m256 x0, __m256 x1, __m256 x2, __m256 x3) {
     return _mm_unpacklo_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
 }
 
+// The decode order's reduction of sixteen rows' dots at once, each step one operation for all
+// of them where reduce_four takes one per four rows. A row's s = (a0 + a2 | a1 + a3) (the
+// 16-lane accumulators below); per row the operations stay those of attn_x86::reduce_one on
+// x = (a0 + a2) + (a1 + a3): t = (lanes 0-3 of x) + (lanes 4-7), then (t0 + t1) + (t2 + t3).
+//   pair_x(s_j, s_k)      = (x_j | x_k): the A halves of both against the B halves;
+//   quarter_t(X_jk, X_lm) = (t_j | t_k | t_l | t_m), each a 128-bit quarter;
+//   pair_sums(T, T')      = per quarter c, (t0 + t1, t2 + t3) of T's quarter c then T''s;
+// applied to the t of rows 0-3 and 4-7 (and 8-11, 12-15), then to those two results, which
+// leaves (t0 + t1) + (t2 + t3) of row c + 4i in lane 4c + i.
+inline __m512 pair_x(__m512 s0, __m512 s1) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s0, s1, 0x44), _mm512_shuffle_f32x4(s0, s1, 0xEE));
+}
+inline __m512 quarter_t(__m512 x01, __m512 x23) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xDD));
+}
+inline __m512 pair_sums(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+}
+
 // Decode dots of NG heads (head size 64) against count rows of K. The 8-lane kernel
 // (attn_x86::dots_decode_64) reads its queries from memory for every row: 24 loads a row for
 // three heads, on top of the row's 8, and the loads were its bound. Here the heads' queries stay
@@ -105,10 +124,15 @@ void dots_heads_64(const float* q, const uint16_t* k, int stride, int count, flo
     _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g)
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) qv[g][i] = _mm512_loadu_ps(q + g * 64 + 16 * i);
     const __m512 zero = _mm512_setzero_ps();
-    const auto row = [&](const uint16_t* kr, int g, const __m512 (&kv)[4]) __attribute__((always_inline)) {
+    // (a0 + a2 | a1 + a3) of head g against a converted row.
+    const auto row16 = [&](int g, const __m512 (&kv)[4]) __attribute__((always_inline)) {
         const __m512 a01 = _mm512_fmadd_ps(kv[2], qv[g][2], _mm512_fmadd_ps(kv[0], qv[g][0], zero));
         const __m512 a23 = _mm512_fmadd_ps(kv[3], qv[g][3], _mm512_fmadd_ps(kv[1], qv[g][1], zero));
-        const __m512 s = _mm512_add_ps(a01, a23);
+        return _mm512_add_ps(a01, a23);
+    };
+    // Its x, (a0 + a2) + (a1 + a3).
+    const auto row = [&](const uint16_t* kr, int g, const __m512 (&kv)[4]) __attribute__((always_inline)) {
+        const __m512 s = row16(g, kv);
         (void)kr;
         return _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
     };
@@ -118,6 +142,32 @@ void dots_heads_64(const float* q, const uint16_t* k, int stride, int count, flo
     };
     const __m128 vscale = _mm_set1_ps(scale);
     int j0 = 0;
+    // Sixteen rows at a time, their reductions done together (sixteen_rows below).
+    const __m512 vscale16 = _mm512_set1_ps(scale);
+    const __m512i order16 = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (; j0 + 16 <= count; j0 += 16) {
+        __m512 h[2][NG];
+        _Pragma("GCC unroll 2") for (int half = 0; half < 2; ++half) {
+            __m512 t[2][NG];
+            _Pragma("GCC unroll 2") for (int qd = 0; qd < 2; ++qd) {
+                __m512 x[2][NG];
+                _Pragma("GCC unroll 2") for (int pr = 0; pr < 2; ++pr) {
+                    const int j = j0 + 8 * half + 4 * qd + 2 * pr;
+                    __m512 kv[4], s0[NG];
+                    load_row(k + static_cast<size_t>(j) * stride, kv);
+                    _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) s0[g] = row16(g, kv);
+                    load_row(k + static_cast<size_t>(j + 1) * stride, kv);
+                    _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) x[pr][g] = pair_x(s0[g], row16(g, kv));
+                }
+                _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) t[qd][g] = quarter_t(x[0][g], x[1][g]);
+            }
+            _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) h[half][g] = pair_sums(t[0][g], t[1][g]);
+        }
+        _Pragma("GCC unroll 4") for (int g = 0; g < NG; ++g) {
+            const __m512 r = _mm512_permutexvar_ps(order16, pair_sums(h[0][g], h[1][g]));
+            _mm512_storeu_ps(out + static_cast<size_t>(g) * out_stride + j0, _mm512_mul_ps(r, vscale16));
+        }
+    }
     for (; j0 + 4 <= count; j0 += 4) {
         __m256 x[NG][4];
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; ++j) {
