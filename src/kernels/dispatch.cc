@@ -16,9 +16,12 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/prefetch_feed.h"
 #include "kernels/quants.h"
 
 namespace ferrox {
+
+constinit thread_local PrefetchFeed* t_prefetch_feed = nullptr;
 namespace {
 
 using FillFn = void (*)(QuantKernels* table, detail::OpsKernels* ops);

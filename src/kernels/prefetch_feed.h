@@ -20,10 +20,10 @@ struct PrefetchFeed {
     int per_step = 0;  // lines asked for per step()
     int run = 0, line = 0;
 
-    bool done() const { return run >= n_runs; }
+    __attribute__((always_inline)) bool done() const { return run >= n_runs; }
 
     // The next per_step lines, into L2.
-    void step() {
+    __attribute__((always_inline)) void step() {
         for (int k = 0; k < per_step && run < n_runs; ++k) {
             __builtin_prefetch(runs[run] + 64 * static_cast<int64_t>(line), 0, 3);
             if (++line == lines[run]) {
@@ -34,7 +34,9 @@ struct PrefetchFeed {
     }
 };
 
-// The calling thread's feed, or null: set around a product by its caller.
-inline thread_local PrefetchFeed* t_prefetch_feed = nullptr;
+// The calling thread's feed, or null: set around a product by its caller. Defined in
+// dispatch.cc, a baseline object: the SIMD objects export nothing but their table fillers
+// (tests/kernels/check_simd_symbols.cmake), and constinit spares them a TLS wrapper function.
+extern constinit thread_local PrefetchFeed* t_prefetch_feed;
 
 }  // namespace ferrox
