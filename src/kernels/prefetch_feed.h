@@ -3,10 +3,10 @@
 //
 // A 16-sequence decode step is bound by arithmetic in its products, while its attention reads
 // every sequence's KV blocks, last touched a step (the whole model's weights) ago, and waits on
-// memory for them. The model hands a thread the KV runs of its attention share before the
-// layer's QKV product; the many-column kernels take `per_step` lines of it per weight block they
-// multiply, so the lines arrive while that product computes. Only hints: nothing computed
-// depends on them.
+// memory for them. The model hands a thread the KV runs of its share of the next layer's
+// attention before the products that come first (Model::plan_kv_prefetch); the many-column
+// kernels take `per_step` lines of it per weight block they multiply, so the lines arrive while
+// those products compute. Only hints: nothing computed depends on them.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct PrefetchFeed {
 
     __attribute__((always_inline)) bool done() const { return run >= n_runs; }
 
-    // The next per_step lines, into L2.
+    // The next per_step lines (prefetcht0).
     __attribute__((always_inline)) void step() {
         for (int k = 0; k < per_step && run < n_runs; ++k) {
             __builtin_prefetch(runs[run] + 64 * static_cast<int64_t>(line), 0, 3);

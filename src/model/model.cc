@@ -86,6 +86,20 @@ struct Model::Scratch {
         PrefetchFeed feed;
     };
     std::vector<KvFeed> kv_feeds;
+
+    // A decode item's tokens (in position order) and the cache positions its blocks cover,
+    // [p_begin, last): from the block holding its first token's window start (n_swa > 0: a
+    // sliding window of n_swa positions) to its last token.
+    struct DecodeSpan {
+        const int* ents;
+        int ne, p_begin, last;
+    };
+    DecodeSpan decode_span(const AttnItem& it, int n_swa, int bs) const {
+        const int ne = std::max(1, it.ne);
+        const int* ents = it.ne > 0 ? attn_entries.data() + it.e0 : &it.t0;
+        const int first = n_swa > 0 ? std::max(0, pos[ents[0]] + 1 - n_swa) : 0;
+        return {ents, ne, first / bs * bs, pos[ents[ne - 1]] + 1};
+    }
 };
 
 namespace {
@@ -786,11 +800,9 @@ bool Model::plan_kv_prefetch(const Batch& batch, KvPool& kv, int il, int64_t ste
             const Scratch::AttnItem& it = items[static_cast<size_t>(w)];
             const int kvh = it.h0 / group;
             const BatchSeq& sq = batch.seqs[s.seq[it.t0]];
-            const int ne = std::max(1, it.ne);
-            const int* ents = it.ne > 0 ? s.attn_entries.data() + it.e0 : &it.t0;
-            const int last_all = s.pos[ents[ne - 1]] + 1;
-            const int first = n_swa > 0 ? std::max(0, s.pos[ents[0]] + 1 - n_swa) : 0;
-            for (int p = first / bs * bs; p < last_all; p += bs) {
+            const Scratch::DecodeSpan span = s.decode_span(it, n_swa, bs);
+            const int last_all = span.last;
+            for (int p = span.p_begin; p < last_all; p += bs) {
                 const int32_t blk = sq.block_table[p / bs];
                 f.runs.push_back(reinterpret_cast<const char*>(kv_head_rows(kv, false, blk, il, kvh, bs, hd)));
                 f.lines.push_back(row_lines(static_cast<int64_t>(std::min(bs, last_all - p)) * hd * 2));
@@ -882,10 +894,11 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 // Decode: ne tokens of one sequence (in position order), it.nh heads of one KV
                 // head; query (entry e, head g) is number e * nh + g, its scores at
                 // scores + (e * nh + g) * score_stride.
-                const int ne = std::max(1, it.ne), nh = it.nh, nq = ne * nh;
-                const int* ents = it.ne > 0 ? s.attn_entries.data() + it.e0 : &it.t0;
-                const int last_all = s.pos[ents[ne - 1]] + 1;
-                const int p_begin = window_begin(s.pos[ents[0]]) / bs * bs;
+                const Scratch::DecodeSpan span = s.decode_span(it, n_swa, bs);
+                const int ne = span.ne, nh = it.nh, nq = ne * nh;
+                const int* ents = span.ents;
+                const int last_all = span.last;
+                const int p_begin = span.p_begin;
                 // The cache rows were last read a step ago and are rarely still in cache: each
                 // block's K rows are asked for a block ahead, its V during its dots (P·V reads V
                 // one dimension pair at a time, a line per tile: from memory that would be a
@@ -902,10 +915,9 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 if (decode_only && w + 1 < items.size()) {
                     const Scratch::AttnItem& nx = items[w + 1];
                     const BatchSeq& ns = batch.seqs[s.seq[nx.t0]];
-                    const int n_last = s.pos[nx.ne > 0 ? s.attn_entries[nx.e0 + nx.ne - 1] : nx.t0] + 1;
-                    const int n_begin = window_begin(s.pos[nx.ne > 0 ? s.attn_entries[nx.e0] : nx.t0]) / bs * bs;
-                    prefetch_rows(kv_head_rows(kv, false, ns.block_table[n_begin / bs], il, nx.h0 / group, bs, hd),
-                                  hd * sizeof(uint16_t), std::min(bs, n_last - n_begin), hd * sizeof(uint16_t));
+                    const Scratch::DecodeSpan n = s.decode_span(nx, n_swa, bs);
+                    prefetch_rows(kv_head_rows(kv, false, ns.block_table[n.p_begin / bs], il, nx.h0 / group, bs, hd),
+                                  hd * sizeof(uint16_t), std::min(bs, n.last - n.p_begin), hd * sizeof(uint16_t));
                 }
                 for (int e = 0; e < ne; ++e) {
                     const float* q = s.q.data() + static_cast<size_t>(ents[e]) * hp.q_dim() + it.h0 * hd;
