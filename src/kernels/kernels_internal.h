@@ -37,6 +37,7 @@ struct OpsKernels {
     double (*exp_shifted)(const float* x, float m, float s, float* w, int64_t n);
     void (*chunk_max)(const float* x, int64_t n, int64_t chunk, float* out);
     int64_t (*ids_at_or_above)(const float* x, int64_t n, float th, int32_t* idx);
+    void (*f16_table_mul)(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n);
 };
 
 // Every ISA's table starts as the scalar one; the SIMD levels then override what they speed up.

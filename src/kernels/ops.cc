@@ -14,6 +14,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/quants.h"
+#include "tensor/fp16.h"
 
 namespace ferrox {
 namespace {
@@ -39,6 +40,19 @@ void softmax_scalar(float* x, int64_t n) {
     }
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void f16_table_mul_scalar(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = gate[i];
+        if (x <= -10.0f) {
+            out[i] = 0.0f;
+        } else if (x >= 10.0f) {
+            out[i] = x * up[i];
+        } else {
+            out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+        }
+    }
 }
 
 void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) {
@@ -195,7 +209,7 @@ void fill_scalar_ops(OpsKernels* ops) {
                       vec_scale_scalar, dot_f32_scalar, axpy_scalar,     gemm_f32_scalar,
                       gelu_erf_scalar,  gemm_f32_packed_scalar, argmax_first_scalar,
                       rope_rotate_scalar, max_finite_scalar, exp_shifted_scalar,
-                      chunk_max_scalar, ids_at_or_above_scalar};
+                      chunk_max_scalar, ids_at_or_above_scalar, f16_table_mul_scalar};
 }
 }  // namespace detail
 
@@ -209,6 +223,9 @@ void rms_norm_rows(const float* x, int64_t x_stride, const float* w, float* y, i
 void softmax_inplace(float* x, int64_t n) { detail::ops_kernels().softmax_inplace(x, n); }
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
     detail::ops_kernels().silu_mul(gate, up, out, n);
+}
+void f16_table_mul(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n) {
+    detail::ops_kernels().f16_table_mul(table, gate, up, out, n);
 }
 void vec_add(const float* a, const float* b, float* out, int64_t n) {
     detail::ops_kernels().vec_add(a, b, out, n);

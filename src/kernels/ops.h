@@ -30,6 +30,13 @@ void softmax_inplace(float* x, int64_t n);
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias either.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
+// An activation looked up in a table of F16 values, times up, as ggml's GGML_GELU_FP16:
+// out[i] = f(gate[i]) * up[i] where f(x) = 0 for x <= -10 (out[i] = +0 whatever up[i] is),
+// x for x >= 10, else the F16 value table[h] as a float, h the F16 bits of x (rounded to
+// nearest even). `table` has 65537 entries: the last, never used, lets a vector gather read
+// 4 bytes at any index. out may alias gate or up.
+void f16_table_mul(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void vec_add(const float* a, const float* b, float* out, int64_t n);
 

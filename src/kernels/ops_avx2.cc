@@ -173,6 +173,29 @@ void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
                       silu_mul8(load_partial(gate + i, n - i, 0), load_partial(up + i, n - i, 0)));
 }
 
+// Eight lanes of f16_table_mul: F16C rounds to nearest even as fp32_to_fp16 does, a gather reads
+// each entry as the low half of 4 bytes (the table's extra entry covers the last index), and
+// the x <= -10 lanes are cleared after the multiply, so they are +0 whatever up is.
+inline __m256 f16_table_mul8(const uint16_t* table, __m256 x, __m256 u) {
+    const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    const __m256i e = _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(table), idx, 2),
+                                       _mm256_set1_epi32(0xffff));
+    __m256 f = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1)));
+    f = _mm256_blendv_ps(f, x, _mm256_cmp_ps(x, _mm256_set1_ps(10.0f), _CMP_GE_OQ));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-10.0f), _CMP_LE_OQ), _mm256_mul_ps(f, u));
+}
+
+// Gemma's GeGLU: the scalar loop (software F16 conversions) took ~3 ns an element, 8 % of a
+// 16-sequence decode step of Gemma 3 270M.
+void f16_table_mul_avx2(const uint16_t* table, const float* gate, const float* up, float* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, f16_table_mul8(table, _mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n)
+        store_partial(out + i, n - i,
+                      f16_table_mul8(table, load_partial(gate + i, n - i, 0), load_partial(up + i, n - i, 0)));
+}
+
 void vec_add_avx2(const float* a, const float* b, float* out, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -784,7 +807,7 @@ void override_ops(OpsKernels* ops) {
                       vec_scale_avx2, dot_f32_avx2, axpy_avx2,     gemm_f32_avx2,
                       gelu_erf_avx2,  gemm_f32_packed_avx2, argmax_first_avx2,
                       rope_rotate_avx2, max_finite_avx2, exp_shifted_avx2,
-                      chunk_max_avx2, ids_at_or_above_avx2};
+                      chunk_max_avx2, ids_at_or_above_avx2, f16_table_mul_avx2};
 #if FERROX_AVX512
     ops->gemm_f32_packed = gemm_f32_packed_avx512;
 #else

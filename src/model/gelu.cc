@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 
+#include "kernels/ops.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {
@@ -16,10 +17,12 @@ float gelu_tanh_ref(float x) {
 
 namespace {
 
-// (65536) F16 bits of gelu_tanh_ref at every F16 value, indexed by the input's F16 bits.
+// F16 bits of gelu_tanh_ref at every F16 value, indexed by the input's F16 bits (65536 entries
+// and the one f16_table_mul asks for past them).
 const uint16_t* gelu_table() {
     static const std::unique_ptr<uint16_t[]> table = [] {
-        auto t = std::make_unique<uint16_t[]>(65536);
+        auto t = std::make_unique<uint16_t[]>(65537);
+        t[65536] = 0;
         for (uint32_t i = 0; i < 65536; ++i) t[i] = fp32_to_fp16(gelu_tanh_ref(fp16_to_fp32(static_cast<uint16_t>(i))));
         return t;
     }();
@@ -29,17 +32,7 @@ const uint16_t* gelu_table() {
 }  // namespace
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
-    const uint16_t* table = gelu_table();
-    for (int64_t i = 0; i < n; ++i) {
-        const float x = gate[i];
-        if (x <= -10.0f) {
-            out[i] = 0.0f;
-        } else if (x >= 10.0f) {
-            out[i] = x * up[i];
-        } else {
-            out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
-        }
-    }
+    f16_table_mul(gelu_table(), gate, up, out, n);
 }
 
 }  // namespace ferrox

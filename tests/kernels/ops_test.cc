@@ -10,6 +10,7 @@
 
 #include "kernels/quants.h"
 #include "kernels/test_util.h"
+#include "tensor/fp16.h"
 
 namespace ferrox {
 namespace {
@@ -129,6 +130,48 @@ TEST_P(OpsTest, SiluMul) {
         std::vector<float> alias = g;
         silu_mul(alias.data(), u.data(), alias.data(), n);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(alias[i], out[i]);
+    }
+}
+
+// f16_table_mul against its definition, computed here from the F16 bits: every F16 value of the
+// range as a gate (and values between them, which round to one), the bounds and beyond, on
+// odd lengths and in place. The table is a function of the bits no kernel could guess (each
+// entry its index's bits mixed), so a wrong index or a wrong half of the gathered word shows.
+TEST_P(OpsTest, F16TableMul) {
+    std::vector<uint16_t> table(65537);
+    for (uint32_t i = 0; i < 65536; ++i) table[i] = static_cast<uint16_t>((i * 40503u) ^ (i >> 3)) & 0x7bffu;
+    table[65536] = 0xffff;
+    std::vector<float> gate;
+    for (uint32_t h = 0; h < 65536; h += 7) {
+        const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+        if (std::isfinite(x)) gate.push_back(x);
+    }
+    const auto r = random_row(4001, 12, 12.0f);
+    gate.insert(gate.end(), r.begin(), r.end());
+    for (float x : {-10.0f, 10.0f, std::nextafter(-10.0f, 0.0f), std::nextafter(10.0f, 0.0f), -11.0f, 11.0f,
+                    65504.0f, -65504.0f, 1e30f, -1e30f, 0.0f, -0.0f, 1e-8f, -1e-8f})
+        gate.push_back(x);
+    const auto up_all = random_row(static_cast<int64_t>(gate.size()), 13, 2.0f);
+    for (int64_t n : {static_cast<int64_t>(gate.size()), int64_t{1}, int64_t{7}, int64_t{9}, int64_t{31}}) {
+        SCOPED_TRACE(n);
+        const float* g = gate.data() + gate.size() - static_cast<size_t>(n);
+        std::vector<float> up(up_all.end() - n, up_all.end());
+        up[0] = -3.0f;  // with a gate <= -10 the product is +0, not -0
+        std::vector<float> out(static_cast<size_t>(n));
+        f16_table_mul(table.data(), g, up.data(), out.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            const float x = g[i];
+            const float want = x <= -10.0f ? 0.0f
+                               : x >= 10.0f ? x * up[i]
+                                            : fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+            uint32_t a, b;
+            std::memcpy(&a, &out[i], 4);
+            std::memcpy(&b, &want, 4);
+            ASSERT_EQ(a, b) << i << " x=" << x;
+        }
+        std::vector<float> alias(g, g + n);
+        f16_table_mul(table.data(), alias.data(), up.data(), alias.data(), n);
+        ASSERT_EQ(0, std::memcmp(alias.data(), out.data(), out.size() * sizeof(float)));
     }
 }
 
