@@ -494,6 +494,232 @@ struct Q6Traits {
     }
 };
 
+#if FERROX_AVX512
+// ---- AVX-512: a pair of groups (16 rows) per register, for many activation rows ----
+//
+// One 512-bit register holds the same 32-byte vector of groups g (low half) and g + 1 (high
+// half), so each instruction serves 16 rows and each broadcast activation chunk 16 rows' dot
+// products. Every lane goes through the 8-row kernels' operations above (the pshufb masks act
+// per 128-bit lane, the same in every lane), so each output keeps their bits. The VNNI chains
+// take the same time per multiply-add in either width; what halves is the rest of a column's
+// work per row: the scale multiplies, the minimums' sums, the float step, the loads.
+
+inline __m512i ld2(const uint8_t* w0, const uint8_t* w1, int64_t off) { return load2x256(w0 + off, w1 + off); }
+inline __m512i bcast4_512(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+// A pshufb control of the 8-row kernels (two equal 128-bit halves) for both groups.
+inline __m512i wide_mask(__m256i m) { return _mm512_broadcast_i64x4(m); }
+
+template <bool kQ5>
+inline __m512i kq_quants2(const uint8_t* w0, const uint8_t* w1, int j, int k) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i raw = ld2(w0, w1, 128 + 32 * (8 * (j / 2) + k));
+    const __m512i q = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4) : _mm512_and_si512(raw, low4);
+    if constexpr (!kQ5) {
+        return q;
+    } else {
+        const __m512i qh = ld2(w0, w1, 1152 + 32 * k);
+        const __m512i h = j <= 4 ? _mm512_slli_epi16(qh, 4 - j) : _mm512_srli_epi16(qh, j - 4);
+        return _mm512_or_si512(q, _mm512_and_si512(h, _mm512_set1_epi8(16)));
+    }
+}
+
+struct KqScales2 {
+    __m512i sc[8];
+    __m512i mp[4];
+};
+
+inline void unpack_kq_scales2(const uint8_t* p0, const uint8_t* p1, KqScales2* s) {
+    const __m512i low4 = _mm512_set1_epi8(15), hi2 = _mm512_set1_epi8(0x30);
+    const __m512i l = load2x256(p0, p1), mm = load2x256(p0 + 32, p1 + 32), h = load2x256(p0 + 64, p1 + 64);
+    const __m512i a = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_slli_epi16(h, 4), hi2));
+    const __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
+                                      _mm512_and_si512(_mm512_slli_epi16(h, 2), hi2));
+    const __m512i c = _mm512_or_si512(_mm512_and_si512(mm, low4), _mm512_and_si512(h, hi2));
+    const __m512i d = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(mm, 4), low4),
+                                      _mm512_and_si512(_mm512_srli_epi16(h, 2), hi2));
+    FX_UNROLL
+    for (int j4 = 0; j4 < 4; ++j4) {
+        const __m512i mask = wide_mask(pair_mask(4 * j4, 4 * j4));
+        s->sc[j4] = _mm512_shuffle_epi8(a, mask);
+        s->sc[j4 + 4] = _mm512_shuffle_epi8(b, mask);
+    }
+    const __m512i m01 = wide_mask(pair_mask(0, 4)), m23 = wide_mask(pair_mask(8, 12));
+    s->mp[0] = _mm512_shuffle_epi8(c, m01);
+    s->mp[1] = _mm512_shuffle_epi8(c, m23);
+    s->mp[2] = _mm512_shuffle_epi8(d, m01);
+    s->mp[3] = _mm512_shuffle_epi8(d, m23);
+}
+
+inline __m512i kq_min_sum2(const KqScales2& s, const int16_t* bsums) {
+    const __m256i bs = ld256(bsums);
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    alignas(16) int32_t pr[4];  // the 4 pairs of sub-block sums, each broadcast below
+    _mm_store_si128(reinterpret_cast<__m128i*>(pr), pairs);
+    const __m512i s0 = _mm512_madd_epi16(s.mp[0], _mm512_set1_epi32(pr[0]));
+    const __m512i s1 = _mm512_madd_epi16(s.mp[1], _mm512_set1_epi32(pr[1]));
+    const __m512i s2 = _mm512_madd_epi16(s.mp[2], _mm512_set1_epi32(pr[2]));
+    const __m512i s3 = _mm512_madd_epi16(s.mp[3], _mm512_set1_epi32(pr[3]));
+    return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+}
+
+template <int NC, int K, typename Quant, typename Offset>
+inline void add_vnni_subblock2(Quant quant, Offset offset, __m512i sc, const BlockQ8_K* const* y, __m512i* sumq) {
+    __m512i sub[NC];
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) sub[c] = _mm512_setzero_si512();
+    FX_UNROLL
+    for (int k = 0; k < K; ++k) {
+        const __m512i q = quant(k);
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4_512(y[c]->qs + offset(k)));
+    }
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) sumq[c] = _mm512_add_epi32(sumq[c], _mm512_mullo_epi32(sub[c], sc));
+}
+
+struct KqUnpacked2 {
+    __m512i q[64];  // q[8j + k] = kq_quants2(j, k)
+    KqScales2 s;
+    __m512 d, dmin;
+};
+
+template <bool kQ5>
+struct KqWide {
+    using Unpacked = KqUnpacked2;
+    static void unpack(const uint8_t* w0, const uint8_t* w1, Unpacked* u) {
+        FX_UNROLL
+        for (int j = 0; j < 8; ++j) {
+            FX_UNROLL
+            for (int k = 0; k < 8; ++k) u->q[8 * j + k] = kq_quants2<kQ5>(w0, w1, j, k);
+        }
+        unpack_kq_scales2(w0 + 32, w1 + 32, &u->s);
+        u->d = cvt2x8_f16(w0, w1);
+        u->dmin = cvt2x8_f16(w0 + 16, w1 + 16);
+    }
+    // kq_superblock's steps, 16 rows wide.
+    template <int NC>
+    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m512* acc) {
+        __m512i sumq[NC];
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) sumq[c] = _mm512_setzero_si512();
+        FX_UNROLL
+        for (int j = 0; j < 8; ++j) {
+            add_vnni_subblock2<NC, 8>([&](int k) { return u.q[8 * j + k]; }, [j](int k) { return 32 * j + 4 * k; },
+                                      _mm512_srli_epi32(u.s.sc[j], 16), y, sumq);
+        }
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            const __m512i summ = kq_min_sum2(u.s, y[c]->bsums);
+            const __m512 yd = _mm512_set1_ps(y[c]->d);
+            const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(yd, u.d), _mm512_cvtepi32_ps(sumq[c]));
+            const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(yd, u.dmin), _mm512_cvtepi32_ps(summ));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_sub_ps(t1, t2));
+        }
+    }
+};
+
+struct Q6Scales2 {
+    __m512i sc[16];
+    __m512i sp[8];
+};
+
+inline void unpack_q6_scales2(const uint8_t* p0, const uint8_t* p1, Q6Scales2* s) {
+    FX_UNROLL
+    for (int t = 0; t < 4; ++t) {
+        const __m512i v = load2x256(p0 + 32 * t, p1 + 32 * t);
+        FX_UNROLL
+        for (int j4 = 0; j4 < 4; ++j4)
+            s->sc[4 * t + j4] = _mm512_srai_epi16(_mm512_shuffle_epi8(v, wide_mask(pair_mask_hi(4 * j4, 4 * j4))), 8);
+    }
+    FX_UNROLL
+    for (int k = 0; k < 8; ++k) s->sp[k] = _mm512_mask_blend_epi16(0xAAAAAAAAu, s->sc[2 * k], s->sc[2 * k + 1]);
+}
+
+inline __m512i q6_quants2(const uint8_t* w0, const uint8_t* w1, int h, int m, int t) {
+    const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
+    const int64_t st = 144 + 96 * (8 * h + m);
+    const __m512i l = ld2(w0, w1, st + 32 * (t & 1)), qh = ld2(w0, w1, st + 64);
+    const __m512i lo = (t < 2) ? _mm512_and_si512(l, low4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
+    const __m512i hi = t == 0 ? _mm512_slli_epi16(qh, 4)
+                       : t == 1 ? _mm512_slli_epi16(qh, 2)
+                       : t == 2 ? qh
+                                : _mm512_srli_epi16(qh, 2);
+    return _mm512_or_si512(lo, _mm512_and_si512(hi, bits45));
+}
+
+struct Q6Unpacked2 {
+    __m512i q[64];  // q[4 * (8h + m) + t] = q6_quants2(h, m, t)
+    Q6Scales2 s;
+    __m512 d;
+};
+
+struct Q6Wide {
+    using Unpacked = Q6Unpacked2;
+    static void unpack(const uint8_t* w0, const uint8_t* w1, Unpacked* u) {
+        FX_UNROLL
+        for (int hm = 0; hm < 16; ++hm) {
+            FX_UNROLL
+            for (int t = 0; t < 4; ++t) u->q[4 * hm + t] = q6_quants2(w0, w1, hm / 8, hm % 8, t);
+        }
+        unpack_q6_scales2(w0 + 16, w1 + 16, &u->s);
+        u->d = cvt2x8_f16(w0, w1);
+    }
+    // q6_superblock's steps, 16 rows wide.
+    template <int NC>
+    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m512* acc) {
+        __m512i sumq[NC];
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            __m512i corr = _mm512_setzero_si512();
+            FX_UNROLL
+            for (int k = 0; k < 8; ++k)
+                corr = _mm512_add_epi32(corr, _mm512_madd_epi16(u.s.sp[k], bcast4_512(y[c]->bsums + 2 * k)));
+            sumq[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(corr, 5));
+        }
+        FX_UNROLL
+        for (int h = 0; h < 2; ++h) {
+            FX_UNROLL
+            for (int t = 0; t < 4; ++t) {
+                FX_UNROLL
+                for (int mh = 0; mh < 2; ++mh) {
+                    add_vnni_subblock2<NC, 4>([&](int k) { return u.q[4 * (8 * h + 4 * mh + k) + t]; },
+                                              [=](int k) { return 128 * h + 32 * t + 4 * (4 * mh + k); },
+                                              _mm512_srai_epi32(u.s.sc[8 * h + 2 * t + mh], 16), y, sumq);
+                }
+            }
+        }
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) {
+            const __m512 yd = _mm512_set1_ps(y[c]->d);
+            acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(yd, u.d), _mm512_cvtepi32_ps(sumq[c])));
+        }
+    }
+};
+
+template <class T>
+struct WideOf;
+template <bool kQ5>
+struct WideOf<KqTraits<kQ5>> {
+    using type = KqWide<kQ5>;
+};
+template <>
+struct WideOf<Q6Traits> {
+    using type = Q6Wide;
+};
+
+template <class W, int NC>
+inline void unpacked_cols2(const typename W::Unpacked& u, const uint8_t* a, int64_t a_row_bytes, __m512* acc) {
+    const BlockQ8_K* y[NC];
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const BlockQ8_K*>(a + c * a_row_bytes);
+    W::template unpacked<NC>(u, y, acc);
+}
+#endif  // FERROX_AVX512
+
 // ---- drivers ----
 
 // NC activation rows against one 8-row group, unpacking each super-block in registers (decode
@@ -557,9 +783,35 @@ void gemm_packed8_kq(int64_t n, const void* w, int64_t n_rows, const void* a, in
         }
         return;
     }
+    int64_t g_begin = 0;
+#if FERROX_AVX512
+    // Group pairs, 16 rows a register (KqWide, Q6Wide); an odd last group below.
+    {
+        using W = typename WideOf<T>::type;
+        typename W::Unpacked u;
+        __m512 acc[kColBlock];
+        for (int64_t gp = 0; gp < n_rows / 16; ++gp) {
+            const uint8_t* w0 = wp + 2 * gp * nb * T::kGroup;
+            const uint8_t* w1 = w0 + nb * T::kGroup;
+            for (int64_t c0 = 0; c0 < n_cols; c0 += kColBlock) {
+                const int64_t nc = n_cols - c0 < kColBlock ? n_cols - c0 : kColBlock;
+                for (int64_t c = 0; c < nc; ++c) acc[c] = _mm512_setzero_ps();
+                for (int64_t i = 0; i < nb; ++i) {
+                    W::unpack(w0 + i * T::kGroup, w1 + i * T::kGroup, &u);
+                    const uint8_t* ai = ap + c0 * a_row_bytes + i * kQ8KBytes;
+                    int64_t c = 0;
+                    for (; c + 4 <= nc; c += 4) unpacked_cols2<W, 4>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                    for (; c < nc; ++c) unpacked_cols2<W, 1>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                }
+                for (int64_t c = 0; c < nc; ++c) _mm512_storeu_ps(out + (c0 + c) * out_stride + 16 * gp, acc[c]);
+            }
+        }
+        g_begin = n_rows / 16 * 2;
+    }
+#endif
     typename T::Unpacked u;
     __m256 acc[kColBlock];
-    for (int64_t g = 0; g < n_rows / 8; ++g) {
+    for (int64_t g = g_begin; g < n_rows / 8; ++g) {
         const uint8_t* wg = wp + g * nb * T::kGroup;
         for (int64_t c0 = 0; c0 < n_cols; c0 += kColBlock) {
             const int64_t nc = n_cols - c0 < kColBlock ? n_cols - c0 : kColBlock;

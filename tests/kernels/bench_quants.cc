@@ -122,17 +122,22 @@ int batch_table(int64_t n_cols, int iters) {
     for (const char* isa : {"avx2", "avx512"}) {
         if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
-        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+            if (!ferrox::quant_kernels(t).gemm_packed8) continue;
             const bool ref_order = ferrox::quant_kernels(t).gemm_packed8_ref_order != nullptr;
+            // K-quants (rows of 256-element super-blocks): Gemma 3 270M's attention output and
+            // FFN down rows instead of the default model's.
+            const bool kq = ferrox::dtype_info(t).block_elems == 256;
             std::printf("%-6s %-5s%-12s %lld cols:", isa, std::string(ferrox::dtype_name(t)).c_str(),
                         ref_order ? " (ref order)" : "", static_cast<long long>(n_cols));
-            for (int64_t n : {576, 1536}) {
+            for (int64_t n : {kq ? 1024 : 576, kq ? 2048 : 1536}) {
                 const double s = bench_packed(t, n_cols, iters, &sink, ref_order, 128, n);
                 std::printf("  128x%-4lld %6.1f", static_cast<long long>(n), static_cast<double>(n_cols) * 128 * n / s / 1e9);
             }
             // Matrices of the models, streamed from memory: the default model's vocabulary product, the
             // 1B model's FFN up and down projections.
             for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{49152, 576}, {5632, 2048}, {2048, 5632}}) {
+                if (n % ferrox::dtype_info(t).block_elems != 0) continue;
                 const double s = bench_packed(t, n_cols, iters / 100 + 1, &sink, ref_order, rows, n);
                 std::printf("  %lldx%lld %6.1f", static_cast<long long>(rows), static_cast<long long>(n),
                             static_cast<double>(n_cols) * rows * n / s / 1e9);
