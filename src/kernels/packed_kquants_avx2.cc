@@ -139,45 +139,156 @@ inline __m256i pair_mask_hi(int lo_idx, int hi_idx) {
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairMasks.high[lo_idx + hi_idx / 4]));
 }
 
-// The unpacked scales of a Q4_K/Q5_K group: sc[j] = int16 pairs (sc_j[r], sc_j[r]) in 32-bit lane
-// r; mp[k] = pairs (m_2k[r], m_2k+1[r]).
-struct KqScales {
-    __m256i sc[8];
-    __m256i mp[4];
+
+// ---- register widths ----
+//
+// The K-quant steps below are written once for a lanes type: Lanes8 reads one packed group (8
+// rows, the 32-bit lanes of a 256-bit register) and, with AVX-512, Lanes16 a pair of adjacent
+// groups (16 rows: the same 32-byte vector of each group in the halves of a 512-bit register).
+// Every lane goes through the same operations at either width (the pshufb controls act per
+// 128-bit lane, alike in every lane), so a row's output has the same bits. The 16-row form is
+// for many activation rows: the VNNI chains cost the same per multiply-add in either width,
+// while the scale multiplies, the minimums' sums, the float step and the loads halve per row
+// (`bench_quants batch 16`, AVX-512: q4_K 117 -> 149, q6_K 101-104 -> 121-128 G mul-add/s).
+struct Lanes8 {
+    using I = __m256i;
+    using F = __m256;
+    static constexpr int kRows = 8;
+    const uint8_t* w;
+    static Lanes8 of(const uint8_t* g, int64_t) { return {g}; }
+    I load(int64_t off) const { return ld256(w + off); }
+    F f16(int64_t off) const { return _mm256_cvtph_ps(ld128(w + off)); }
+    Lanes8 at(int64_t off) const { return {w + off}; }
 };
 
-inline void unpack_kq_scales(const uint8_t* p, KqScales* s) {
-    const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
-    const __m256i l = ld256(p), mm = ld256(p + 32), h = ld256(p + 64);
-    const __m256i a = _mm256_or_si256(_mm256_and_si256(l, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2));
-    const __m256i b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), low4),
-                                      _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2));
-    const __m256i c = _mm256_or_si256(_mm256_and_si256(mm, low4), _mm256_and_si256(h, hi2));
-    const __m256i d = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(mm, 4), low4),
-                                      _mm256_and_si256(_mm256_srli_epi16(h, 2), hi2));
+inline __m256i v_and(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
+inline __m256i v_or(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
+inline __m256i v_add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+inline __m256i v_sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
+inline __m256i v_mullo32(__m256i a, __m256i b) { return _mm256_mullo_epi32(a, b); }
+inline __m256i v_madd16(__m256i a, __m256i b) { return _mm256_madd_epi16(a, b); }
+inline __m256i v_srli16(__m256i a, int n) { return _mm256_srli_epi16(a, n); }
+inline __m256i v_slli16(__m256i a, int n) { return _mm256_slli_epi16(a, n); }
+inline __m256i v_srai16(__m256i a, int n) { return _mm256_srai_epi16(a, n); }
+inline __m256i v_srli32(__m256i a, int n) { return _mm256_srli_epi32(a, n); }
+inline __m256i v_srai32(__m256i a, int n) { return _mm256_srai_epi32(a, n); }
+inline __m256i v_slli32(__m256i a, int n) { return _mm256_slli_epi32(a, n); }
+inline __m256i v_shuffle8(__m256i a, __m256i control) { return _mm256_shuffle_epi8(a, control); }
+inline __m256i v_blend_odd16(__m256i a, __m256i b) { return _mm256_blend_epi16(a, b, 0xAA); }
+inline __m256 v_add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+inline __m256 v_sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+inline __m256 v_mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+inline __m256 v_cvt(__m256i a) { return _mm256_cvtepi32_ps(a); }
+inline void v_store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+template <class I>
+I v_set1_32(int32_t v);
+template <>
+inline __m256i v_set1_32<__m256i>(int32_t v) { return _mm256_set1_epi32(v); }
+template <class I>
+I v_set1_8(char v);
+template <>
+inline __m256i v_set1_8<__m256i>(char v) { return _mm256_set1_epi8(v); }
+template <class F>
+F v_set1_ps(float v);
+template <>
+inline __m256 v_set1_ps<__m256>(float v) { return _mm256_set1_ps(v); }
+
+#if FERROX_AVX512
+struct Lanes16 {
+    using I = __m512i;
+    using F = __m512;
+    static constexpr int kRows = 16;
+    const uint8_t* w0;
+    const uint8_t* w1;
+    // Groups g (at p) and g + 1 (group_bytes on).
+    static Lanes16 of(const uint8_t* p, int64_t group_bytes) { return {p, p + group_bytes}; }
+    I load(int64_t off) const { return load2x256(w0 + off, w1 + off); }
+    F f16(int64_t off) const { return cvt2x8_f16(w0 + off, w1 + off); }
+    Lanes16 at(int64_t off) const { return {w0 + off, w1 + off}; }
+};
+
+inline __m512i v_and(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
+inline __m512i v_or(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
+inline __m512i v_add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+inline __m512i v_sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
+inline __m512i v_mullo32(__m512i a, __m512i b) { return _mm512_mullo_epi32(a, b); }
+inline __m512i v_madd16(__m512i a, __m512i b) { return _mm512_madd_epi16(a, b); }
+inline __m512i v_srli16(__m512i a, int n) { return _mm512_srli_epi16(a, n); }
+inline __m512i v_slli16(__m512i a, int n) { return _mm512_slli_epi16(a, n); }
+inline __m512i v_srai16(__m512i a, int n) { return _mm512_srai_epi16(a, n); }
+inline __m512i v_srli32(__m512i a, int n) { return _mm512_srli_epi32(a, n); }
+inline __m512i v_srai32(__m512i a, int n) { return _mm512_srai_epi32(a, n); }
+inline __m512i v_slli32(__m512i a, int n) { return _mm512_slli_epi32(a, n); }
+// control: a 256-bit pshufb control (two equal 128-bit halves), the same for both groups.
+inline __m512i v_shuffle8(__m512i a, __m256i control) {
+    return _mm512_shuffle_epi8(a, _mm512_broadcast_i64x4(control));
+}
+inline __m512i v_blend_odd16(__m512i a, __m512i b) { return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, b); }
+inline __m512 v_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+inline __m512 v_sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+inline __m512 v_mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+inline __m512 v_cvt(__m512i a) { return _mm512_cvtepi32_ps(a); }
+inline void v_store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+template <>
+inline __m512i v_set1_32<__m512i>(int32_t v) { return _mm512_set1_epi32(v); }
+template <>
+inline __m512i v_set1_8<__m512i>(char v) { return _mm512_set1_epi8(v); }
+template <>
+inline __m512 v_set1_ps<__m512>(float v) { return _mm512_set1_ps(v); }
+#endif
+
+// The 4 bytes at p, in every 32-bit lane.
+template <class I>
+inline I v_bcast4(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v_set1_32<I>(v);
+}
+
+// The unpacked scales of a Q4_K/Q5_K group: sc[j] = int16 pairs (sc_j[r], sc_j[r]) in 32-bit lane
+// r; mp[k] = pairs (m_2k[r], m_2k+1[r]).
+template <class L>
+struct KqScales {
+    typename L::I sc[8];
+    typename L::I mp[4];
+};
+
+// From the 96 bytes of pack_kq_scales at g.
+template <class L>
+inline void unpack_kq_scales(const L& g, KqScales<L>* s) {
+    using I = typename L::I;
+    const I low4 = v_set1_8<I>(15), hi2 = v_set1_8<I>(0x30);
+    const I l = g.load(0), mm = g.load(32), h = g.load(64);
+    const I a = v_or(v_and(l, low4), v_and(v_slli16(h, 4), hi2));
+    const I b = v_or(v_and(v_srli16(l, 4), low4), v_and(v_slli16(h, 2), hi2));
+    const I c = v_or(v_and(mm, low4), v_and(h, hi2));
+    const I d = v_or(v_and(v_srli16(mm, 4), low4), v_and(v_srli16(h, 2), hi2));
     FX_UNROLL
     for (int j4 = 0; j4 < 4; ++j4) {
         const __m256i mask = pair_mask(4 * j4, 4 * j4);
-        s->sc[j4] = _mm256_shuffle_epi8(a, mask);
-        s->sc[j4 + 4] = _mm256_shuffle_epi8(b, mask);
+        s->sc[j4] = v_shuffle8(a, mask);
+        s->sc[j4 + 4] = v_shuffle8(b, mask);
     }
     const __m256i m01 = pair_mask(0, 4), m23 = pair_mask(8, 12);
-    s->mp[0] = _mm256_shuffle_epi8(c, m01);
-    s->mp[1] = _mm256_shuffle_epi8(c, m23);
-    s->mp[2] = _mm256_shuffle_epi8(d, m01);
-    s->mp[3] = _mm256_shuffle_epi8(d, m23);
+    s->mp[0] = v_shuffle8(c, m01);
+    s->mp[1] = v_shuffle8(c, m23);
+    s->mp[2] = v_shuffle8(d, m01);
+    s->mp[3] = v_shuffle8(d, m23);
 }
 
 // sum_j m_j[r] * (bsums[2j] + bsums[2j+1]) in lane r.
-inline __m256i kq_min_sum(const KqScales& s, const int16_t* bsums) {
+template <class L>
+inline typename L::I kq_min_sum(const KqScales<L>& s, const int16_t* bsums) {
+    using I = typename L::I;
     const __m256i bs = ld256(bsums);
     const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    const __m256i p = _mm256_broadcastsi128_si256(pairs);
-    const __m256i s0 = _mm256_madd_epi16(s.mp[0], _mm256_shuffle_epi32(p, 0x00));
-    const __m256i s1 = _mm256_madd_epi16(s.mp[1], _mm256_shuffle_epi32(p, 0x55));
-    const __m256i s2 = _mm256_madd_epi16(s.mp[2], _mm256_shuffle_epi32(p, 0xAA));
-    const __m256i s3 = _mm256_madd_epi16(s.mp[3], _mm256_shuffle_epi32(p, 0xFF));
-    return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
+    alignas(16) int32_t pr[4];  // the four pairs of sub-block sums, each broadcast below
+    _mm_store_si128(reinterpret_cast<__m128i*>(pr), pairs);
+    const I s0 = v_madd16(s.mp[0], v_set1_32<I>(pr[0]));
+    const I s1 = v_madd16(s.mp[1], v_set1_32<I>(pr[1]));
+    const I s2 = v_madd16(s.mp[2], v_set1_32<I>(pr[2]));
+    const I s3 = v_madd16(s.mp[3], v_set1_32<I>(pr[3]));
+    return v_add32(v_add32(s0, s1), v_add32(s2, s3));
 }
 
 // Row r's 4 bytes at src + off (for r = 0..7, rows row_bytes apart) -> dst[4r..4r+3].
@@ -220,20 +331,22 @@ void repack8_kq(const void* src, int64_t n, int64_t n_rows, void* dst) {
     }
 }
 
+
 // Quant vector (j, k) of a packed Q4_K/Q5_K group: in lane r, row r's quants of elements
 // 32j + 4k .. 32j + 4k + 3, one byte each.
-template <bool kQ5>
-inline __m256i kq_quants(const uint8_t* w, int j, int k) {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i raw = ld256(w + 128 + 32 * (8 * (j / 2) + k));
-    const __m256i q = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4) : _mm256_and_si256(raw, low4);
+template <bool kQ5, class L>
+inline typename L::I kq_quants(const L& g, int j, int k) {
+    using I = typename L::I;
+    const I low4 = v_set1_8<I>(15);
+    const I raw = g.load(128 + 32 * (8 * (j / 2) + k));
+    const I q = (j & 1) ? v_and(v_srli16(raw, 4), low4) : v_and(raw, low4);
     if constexpr (!kQ5) {
         return q;
     } else {
         // Bit j of each qh byte -> bit 4 (the 16-bit shifts move the high bytes' bit j alike).
-        const __m256i qh = ld256(w + 1152 + 32 * k);
-        const __m256i h = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-        return _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(16)));
+        const I qh = g.load(1152 + 32 * k);
+        const I h = j <= 4 ? v_slli16(qh, 4 - j) : v_srli16(qh, j - 4);
+        return v_or(q, v_and(h, v_set1_8<I>(16)));
     }
 }
 
@@ -241,41 +354,45 @@ inline __m256i kq_quants(const uint8_t* w, int j, int k) {
 // One sub-block with VNNI, for the NC activation blocks y[c]: the exact 32-bit sum over its K
 // quant vectors of quant(k) . (the 4 activation bytes at offset(k)), per row, in one vpdpbusd
 // chain, times the sub-block's scale sc (32-bit, per row), added to sumq[c].
-template <int NC, int K, typename Quant, typename Offset>
-inline void add_vnni_subblock(Quant quant, Offset offset, __m256i sc, const BlockQ8_K* const* y, __m256i* sumq) {
-    __m256i sub[NC];
+template <int NC, int K, class L, typename Quant, typename Offset>
+inline void add_vnni_subblock(Quant quant, Offset offset, typename L::I sc, const BlockQ8_K* const* y,
+                              typename L::I* sumq) {
+    using I = typename L::I;
+    I sub[NC];
     FX_UNROLL
-    for (int c = 0; c < NC; ++c) sub[c] = _mm256_setzero_si256();
+    for (int c = 0; c < NC; ++c) sub[c] = v_set1_32<I>(0);
     FX_UNROLL
     for (int k = 0; k < K; ++k) {
-        const __m256i q = quant(k);
+        const I q = quant(k);
         FX_UNROLL
-        for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4(y[c]->qs + offset(k)));
+        for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, v_bcast4<I>(y[c]->qs + offset(k)));
     }
     FX_UNROLL
-    for (int c = 0; c < NC; ++c) sumq[c] = _mm256_add_epi32(sumq[c], _mm256_mullo_epi32(sub[c], sc));
+    for (int c = 0; c < NC; ++c) sumq[c] = v_add32(sumq[c], v_mullo32(sub[c], sc));
 }
 #endif
 
-// One super-block of a Q4_K/Q5_K group against NC activation blocks y[c]: acc[c] += the
-// block's term, lane r for row r. quants(j, k) gives the quant vectors (see kq_quants).
-template <bool kQ5, int NC, typename Quants>
-inline void kq_superblock(Quants quants, const KqScales& s, __m256 d, __m256 dmin, const BlockQ8_K* const* y,
-                          __m256* acc) {
-    // 16-bit sums of maddubs results (2 products each): q <= 15 allows 8 (8 * 2 * 15 * 128 <
-    // 32768), q <= 31 allows 4.
-    __m256i sumq[NC];
+// One super-block of a Q4_K/Q5_K group (or pair) against NC activation blocks y[c]: acc[c] +=
+// the block's term, lane r for row r. quants(j, k) gives the quant vectors (see kq_quants).
+template <bool kQ5, int NC, class L, typename Quants>
+inline void kq_superblock(Quants quants, const KqScales<L>& s, typename L::F d, typename L::F dmin,
+                          const BlockQ8_K* const* y, typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
+    I sumq[NC];
     FX_UNROLL
-    for (int c = 0; c < NC; ++c) sumq[c] = _mm256_setzero_si256();
+    for (int c = 0; c < NC; ++c) sumq[c] = v_set1_32<I>(0);
 #if FERROX_AVX512
     // VNNI: the sub-block's exact 32-bit sum of q * y per row in one chain of vpdpbusd, then
     // times the sub-block's scale (unsigned 6 bits: the high half of its int16 pair).
     FX_UNROLL
     for (int j = 0; j < 8; ++j) {
-        add_vnni_subblock<NC, 8>([&](int k) { return quants(j, k); }, [j](int k) { return 32 * j + 4 * k; },
-                                 _mm256_srli_epi32(s.sc[j], 16), y, sumq);
+        add_vnni_subblock<NC, 8, L>([&](int k) { return quants(j, k); }, [j](int k) { return 32 * j + 4 * k; },
+                                 v_srli32(s.sc[j], 16), y, sumq);
     }
 #else
+    // 16-bit sums of maddubs results (2 products each): q <= 15 allows 8 (8 * 2 * 15 * 128 <
+    // 32768), q <= 31 allows 4. (8 rows only: there is no 16-row form without AVX-512.)
     constexpr int kRun = kQ5 ? 4 : 8;
     FX_UNROLL
     for (int j = 0; j < 8; ++j) {
@@ -301,47 +418,52 @@ inline void kq_superblock(Quants quants, const KqScales& s, __m256 d, __m256 dmi
 #endif
     FX_UNROLL
     for (int c = 0; c < NC; ++c) {
-        const __m256i summ = kq_min_sum(s, y[c]->bsums);
-        const __m256 yd = _mm256_set1_ps(y[c]->d);
-        const __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(yd, d), _mm256_cvtepi32_ps(sumq[c]));
-        const __m256 t2 = _mm256_mul_ps(_mm256_mul_ps(yd, dmin), _mm256_cvtepi32_ps(summ));
-        acc[c] = _mm256_add_ps(acc[c], _mm256_sub_ps(t1, t2));
+        const I summ = kq_min_sum(s, y[c]->bsums);
+        const F yd = v_set1_ps<F>(y[c]->d);
+        const F t1 = v_mul(v_mul(yd, d), v_cvt(sumq[c]));
+        const F t2 = v_mul(v_mul(yd, dmin), v_cvt(summ));
+        acc[c] = v_add(acc[c], v_sub(t1, t2));
     }
 }
 
-// A super-block of a group unpacked once for many activation rows (prompts).
+// A super-block of a group (or pair) unpacked once for many activation rows (prompts, batches).
+template <class L>
 struct KqUnpacked {
-    __m256i q[64];  // q[8j + k] = kq_quants(j, k)
-    KqScales s;
-    __m256 d, dmin;
+    typename L::I q[64];  // q[8j + k] = kq_quants(j, k)
+    KqScales<L> s;
+    typename L::F d, dmin;
 };
 
-template <bool kQ5>
+template <bool kQ5, class L>
 struct KqTraits {
     static constexpr int64_t kGroup = kQ5 ? kQ5KGroup : kQ4KGroup;
-    using Unpacked = KqUnpacked;
+    using Unpacked = KqUnpacked<L>;
     template <int NC>
-    static void direct(const uint8_t* w, const BlockQ8_K* const* y, __m256* acc) {
-        KqScales s;
-        unpack_kq_scales(w + 32, &s);
-        kq_superblock<kQ5, NC>([w](int j, int k) { return kq_quants<kQ5>(w, j, k); }, s, _mm256_cvtph_ps(ld128(w)),
-                               _mm256_cvtph_ps(ld128(w + 16)), y, acc);
+    static void direct(const L& g, const BlockQ8_K* const* y, typename L::F* acc) {
+        KqScales<L> s;
+        unpack_kq_scales(g.at(32), &s);
+        kq_superblock<kQ5, NC>([&g](int j, int k) { return kq_quants<kQ5>(g, j, k); }, s, g.f16(0), g.f16(16), y,
+                               acc);
     }
-    static void unpack(const uint8_t* w, Unpacked* u) {
+    static void unpack(const L& g, Unpacked* u) {
         FX_UNROLL
         for (int j = 0; j < 8; ++j) {
             FX_UNROLL
-            for (int k = 0; k < 8; ++k) u->q[8 * j + k] = kq_quants<kQ5>(w, j, k);
+            for (int k = 0; k < 8; ++k) u->q[8 * j + k] = kq_quants<kQ5>(g, j, k);
         }
-        unpack_kq_scales(w + 32, &u->s);
-        u->d = _mm256_cvtph_ps(ld128(w));
-        u->dmin = _mm256_cvtph_ps(ld128(w + 16));
+        unpack_kq_scales(g.at(32), &u->s);
+        u->d = g.f16(0);
+        u->dmin = g.f16(16);
     }
     template <int NC>
-    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m256* acc) {
+    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, typename L::F* acc) {
         kq_superblock<kQ5, NC>([&u](int j, int k) { return u.q[8 * j + k]; }, u.s, u.d, u.dmin, y, acc);
     }
 };
+template <class L>
+using Q4KTraits = KqTraits<false, L>;
+template <class L>
+using Q5KTraits = KqTraits<true, L>;
 
 // ---- Q6_K ----
 
@@ -374,50 +496,56 @@ void repack8_q6k(const void* src, int64_t n, int64_t n_rows, void* dst) {
     }
 }
 
+
 // sc[j]: int16 pairs (sc_j[r], sc_j[r]) in lane r; sp[k]: pairs (sc_2k[r], sc_2k+1[r]).
+template <class L>
 struct Q6Scales {
-    __m256i sc[16];
-    __m256i sp[8];
+    typename L::I sc[16];
+    typename L::I sp[8];
 };
 
-inline void unpack_q6_scales(const uint8_t* p, Q6Scales* s) {
+// From the 128 scale bytes at g.
+template <class L>
+inline void unpack_q6_scales(const L& g, Q6Scales<L>* s) {
+    using I = typename L::I;
     FX_UNROLL
     for (int t = 0; t < 4; ++t) {
-        const __m256i v = ld256(p + 32 * t);
+        const I v = g.load(32 * t);
         FX_UNROLL
-        for (int j4 = 0; j4 < 4; ++j4)
-            s->sc[4 * t + j4] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, pair_mask_hi(4 * j4, 4 * j4)), 8);
+        for (int j4 = 0; j4 < 4; ++j4) s->sc[4 * t + j4] = v_srai16(v_shuffle8(v, pair_mask_hi(4 * j4, 4 * j4)), 8);
     }
     FX_UNROLL
-    for (int k = 0; k < 8; ++k) s->sp[k] = _mm256_blend_epi16(s->sc[2 * k], s->sc[2 * k + 1], 0xAA);
+    for (int k = 0; k < 8; ++k) s->sp[k] = v_blend_odd16(s->sc[2 * k], s->sc[2 * k + 1]);
 }
 
 // Quant vector (h, m, t) of a packed Q6_K group: in lane r, row r's 6-bit quants of elements
 // 128h + 32t + 4m .. + 3, one byte each.
-inline __m256i q6_quants(const uint8_t* w, int h, int m, int t) {
-    const __m256i low4 = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
-    const uint8_t* st = w + 144 + 96 * (8 * h + m);
-    const __m256i l = ld256(st + 32 * (t & 1)), qh = ld256(st + 64);
-    const __m256i lo = (t < 2) ? _mm256_and_si256(l, low4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-    const __m256i hi = t == 0 ? _mm256_slli_epi16(qh, 4)
-                       : t == 1 ? _mm256_slli_epi16(qh, 2)
-                       : t == 2 ? qh
-                                : _mm256_srli_epi16(qh, 2);
-    return _mm256_or_si256(lo, _mm256_and_si256(hi, bits45));
+template <class L>
+inline typename L::I q6_quants(const L& g, int h, int m, int t) {
+    using I = typename L::I;
+    const I low4 = v_set1_8<I>(15), bits45 = v_set1_8<I>(0x30);
+    const int64_t st = 144 + 96 * (8 * h + m);
+    const I l = g.load(st + 32 * (t & 1)), qh = g.load(st + 64);
+    const I lo = (t < 2) ? v_and(l, low4) : v_and(v_srli16(l, 4), low4);
+    const I hi = t == 0 ? v_slli16(qh, 4) : t == 1 ? v_slli16(qh, 2) : t == 2 ? qh : v_srli16(qh, 2);
+    return v_or(lo, v_and(hi, bits45));
 }
 
-// One super-block of a Q6_K group against NC activation blocks: acc[c] += the block's term.
-template <int NC, typename Quants>
-inline void q6_superblock(Quants quants, const Q6Scales& s, __m256 d, const BlockQ8_K* const* y, __m256* acc) {
-    __m256i sumq[NC];
+// One super-block of a Q6_K group (or pair) against NC activation blocks: acc[c] += the
+// block's term.
+template <int NC, class L, typename Quants>
+inline void q6_superblock(Quants quants, const Q6Scales<L>& s, typename L::F d, const BlockQ8_K* const* y,
+                          typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
+    I sumq[NC];
     // sum sc_j * (q - 32) * y = sum sc_j * q * y - 32 * sum_j sc_j * bsums_j.
     FX_UNROLL
     for (int c = 0; c < NC; ++c) {
-        __m256i corr = _mm256_setzero_si256();
+        I corr = v_set1_32<I>(0);
         FX_UNROLL
-        for (int k = 0; k < 8; ++k)
-            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(s.sp[k], bcast4(y[c]->bsums + 2 * k)));
-        sumq[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        for (int k = 0; k < 8; ++k) corr = v_add32(corr, v_madd16(s.sp[k], v_bcast4<I>(y[c]->bsums + 2 * k)));
+        sumq[c] = v_sub32(v_set1_32<I>(0), v_slli32(corr, 5));
     }
 #if FERROX_AVX512
     // VNNI: each 16-element sub-block (4 steps m) summed exactly in one vpdpbusd chain per row,
@@ -428,9 +556,9 @@ inline void q6_superblock(Quants quants, const Q6Scales& s, __m256 d, const Bloc
         for (int t = 0; t < 4; ++t) {
             FX_UNROLL
             for (int mh = 0; mh < 2; ++mh) {
-                add_vnni_subblock<NC, 4>([&](int k) { return quants(h, 4 * mh + k, t); },
+                add_vnni_subblock<NC, 4, L>([&](int k) { return quants(h, 4 * mh + k, t); },
                                          [=](int k) { return 128 * h + 32 * t + 4 * (4 * mh + k); },
-                                         _mm256_srai_epi32(s.sc[8 * h + 2 * t + mh], 16), y, sumq);
+                                         v_srai32(s.sc[8 * h + 2 * t + mh], 16), y, sumq);
             }
         }
     }
@@ -458,267 +586,42 @@ inline void q6_superblock(Quants quants, const Q6Scales& s, __m256 d, const Bloc
 #endif
     FX_UNROLL
     for (int c = 0; c < NC; ++c) {
-        const __m256 yd = _mm256_set1_ps(y[c]->d);
-        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(yd, d), _mm256_cvtepi32_ps(sumq[c])));
+        const F yd = v_set1_ps<F>(y[c]->d);
+        acc[c] = v_add(acc[c], v_mul(v_mul(yd, d), v_cvt(sumq[c])));
     }
 }
 
+template <class L>
 struct Q6Unpacked {
-    __m256i q[64];  // q[4 * (8h + m) + t] = q6_quants(h, m, t)
-    Q6Scales s;
-    __m256 d;
+    typename L::I q[64];  // q[4 * (8h + m) + t] = q6_quants(h, m, t)
+    Q6Scales<L> s;
+    typename L::F d;
 };
 
+template <class L>
 struct Q6Traits {
     static constexpr int64_t kGroup = kQ6KGroup;
-    using Unpacked = Q6Unpacked;
+    using Unpacked = Q6Unpacked<L>;
     template <int NC>
-    static void direct(const uint8_t* w, const BlockQ8_K* const* y, __m256* acc) {
-        Q6Scales s;
-        unpack_q6_scales(w + 16, &s);
-        q6_superblock<NC>([w](int h, int m, int t) { return q6_quants(w, h, m, t); }, s, _mm256_cvtph_ps(ld128(w)), y,
-                          acc);
+    static void direct(const L& g, const BlockQ8_K* const* y, typename L::F* acc) {
+        Q6Scales<L> s;
+        unpack_q6_scales(g.at(16), &s);
+        q6_superblock<NC>([&g](int h, int m, int t) { return q6_quants(g, h, m, t); }, s, g.f16(0), y, acc);
     }
-    static void unpack(const uint8_t* w, Unpacked* u) {
+    static void unpack(const L& g, Unpacked* u) {
         FX_UNROLL
         for (int hm = 0; hm < 16; ++hm) {
             FX_UNROLL
-            for (int t = 0; t < 4; ++t) u->q[4 * hm + t] = q6_quants(w, hm / 8, hm % 8, t);
+            for (int t = 0; t < 4; ++t) u->q[4 * hm + t] = q6_quants(g, hm / 8, hm % 8, t);
         }
-        unpack_q6_scales(w + 16, &u->s);
-        u->d = _mm256_cvtph_ps(ld128(w));
+        unpack_q6_scales(g.at(16), &u->s);
+        u->d = g.f16(0);
     }
     template <int NC>
-    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m256* acc) {
+    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, typename L::F* acc) {
         q6_superblock<NC>([&u](int h, int m, int t) { return u.q[4 * (8 * h + m) + t]; }, u.s, u.d, y, acc);
     }
 };
-
-#if FERROX_AVX512
-// ---- AVX-512: a pair of groups (16 rows) per register, for many activation rows ----
-//
-// One 512-bit register holds the same 32-byte vector of groups g (low half) and g + 1 (high
-// half), so each instruction serves 16 rows and each broadcast activation chunk 16 rows' dot
-// products. Every lane goes through the 8-row kernels' operations above (the pshufb masks act
-// per 128-bit lane, the same in every lane), so each output keeps their bits. The VNNI chains
-// take the same time per multiply-add in either width; what halves is the rest of a column's
-// work per row: the scale multiplies, the minimums' sums, the float step, the loads.
-
-inline __m512i ld2(const uint8_t* w0, const uint8_t* w1, int64_t off) { return load2x256(w0 + off, w1 + off); }
-inline __m512i bcast4_512(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-// A pshufb control of the 8-row kernels (two equal 128-bit halves) for both groups.
-inline __m512i wide_mask(__m256i m) { return _mm512_broadcast_i64x4(m); }
-
-template <bool kQ5>
-inline __m512i kq_quants2(const uint8_t* w0, const uint8_t* w1, int j, int k) {
-    const __m512i low4 = _mm512_set1_epi8(15);
-    const __m512i raw = ld2(w0, w1, 128 + 32 * (8 * (j / 2) + k));
-    const __m512i q = (j & 1) ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4) : _mm512_and_si512(raw, low4);
-    if constexpr (!kQ5) {
-        return q;
-    } else {
-        const __m512i qh = ld2(w0, w1, 1152 + 32 * k);
-        const __m512i h = j <= 4 ? _mm512_slli_epi16(qh, 4 - j) : _mm512_srli_epi16(qh, j - 4);
-        return _mm512_or_si512(q, _mm512_and_si512(h, _mm512_set1_epi8(16)));
-    }
-}
-
-struct KqScales2 {
-    __m512i sc[8];
-    __m512i mp[4];
-};
-
-inline void unpack_kq_scales2(const uint8_t* p0, const uint8_t* p1, KqScales2* s) {
-    const __m512i low4 = _mm512_set1_epi8(15), hi2 = _mm512_set1_epi8(0x30);
-    const __m512i l = load2x256(p0, p1), mm = load2x256(p0 + 32, p1 + 32), h = load2x256(p0 + 64, p1 + 64);
-    const __m512i a = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_slli_epi16(h, 4), hi2));
-    const __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
-                                      _mm512_and_si512(_mm512_slli_epi16(h, 2), hi2));
-    const __m512i c = _mm512_or_si512(_mm512_and_si512(mm, low4), _mm512_and_si512(h, hi2));
-    const __m512i d = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(mm, 4), low4),
-                                      _mm512_and_si512(_mm512_srli_epi16(h, 2), hi2));
-    FX_UNROLL
-    for (int j4 = 0; j4 < 4; ++j4) {
-        const __m512i mask = wide_mask(pair_mask(4 * j4, 4 * j4));
-        s->sc[j4] = _mm512_shuffle_epi8(a, mask);
-        s->sc[j4 + 4] = _mm512_shuffle_epi8(b, mask);
-    }
-    const __m512i m01 = wide_mask(pair_mask(0, 4)), m23 = wide_mask(pair_mask(8, 12));
-    s->mp[0] = _mm512_shuffle_epi8(c, m01);
-    s->mp[1] = _mm512_shuffle_epi8(c, m23);
-    s->mp[2] = _mm512_shuffle_epi8(d, m01);
-    s->mp[3] = _mm512_shuffle_epi8(d, m23);
-}
-
-inline __m512i kq_min_sum2(const KqScales2& s, const int16_t* bsums) {
-    const __m256i bs = ld256(bsums);
-    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    alignas(16) int32_t pr[4];  // the 4 pairs of sub-block sums, each broadcast below
-    _mm_store_si128(reinterpret_cast<__m128i*>(pr), pairs);
-    const __m512i s0 = _mm512_madd_epi16(s.mp[0], _mm512_set1_epi32(pr[0]));
-    const __m512i s1 = _mm512_madd_epi16(s.mp[1], _mm512_set1_epi32(pr[1]));
-    const __m512i s2 = _mm512_madd_epi16(s.mp[2], _mm512_set1_epi32(pr[2]));
-    const __m512i s3 = _mm512_madd_epi16(s.mp[3], _mm512_set1_epi32(pr[3]));
-    return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
-}
-
-template <int NC, int K, typename Quant, typename Offset>
-inline void add_vnni_subblock2(Quant quant, Offset offset, __m512i sc, const BlockQ8_K* const* y, __m512i* sumq) {
-    __m512i sub[NC];
-    FX_UNROLL
-    for (int c = 0; c < NC; ++c) sub[c] = _mm512_setzero_si512();
-    FX_UNROLL
-    for (int k = 0; k < K; ++k) {
-        const __m512i q = quant(k);
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) sub[c] = dpbusd(sub[c], q, bcast4_512(y[c]->qs + offset(k)));
-    }
-    FX_UNROLL
-    for (int c = 0; c < NC; ++c) sumq[c] = _mm512_add_epi32(sumq[c], _mm512_mullo_epi32(sub[c], sc));
-}
-
-struct KqUnpacked2 {
-    __m512i q[64];  // q[8j + k] = kq_quants2(j, k)
-    KqScales2 s;
-    __m512 d, dmin;
-};
-
-template <bool kQ5>
-struct KqWide {
-    using Unpacked = KqUnpacked2;
-    static void unpack(const uint8_t* w0, const uint8_t* w1, Unpacked* u) {
-        FX_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            FX_UNROLL
-            for (int k = 0; k < 8; ++k) u->q[8 * j + k] = kq_quants2<kQ5>(w0, w1, j, k);
-        }
-        unpack_kq_scales2(w0 + 32, w1 + 32, &u->s);
-        u->d = cvt2x8_f16(w0, w1);
-        u->dmin = cvt2x8_f16(w0 + 16, w1 + 16);
-    }
-    // kq_superblock's steps, 16 rows wide.
-    template <int NC>
-    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m512* acc) {
-        __m512i sumq[NC];
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) sumq[c] = _mm512_setzero_si512();
-        FX_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            add_vnni_subblock2<NC, 8>([&](int k) { return u.q[8 * j + k]; }, [j](int k) { return 32 * j + 4 * k; },
-                                      _mm512_srli_epi32(u.s.sc[j], 16), y, sumq);
-        }
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            const __m512i summ = kq_min_sum2(u.s, y[c]->bsums);
-            const __m512 yd = _mm512_set1_ps(y[c]->d);
-            const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(yd, u.d), _mm512_cvtepi32_ps(sumq[c]));
-            const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(yd, u.dmin), _mm512_cvtepi32_ps(summ));
-            acc[c] = _mm512_add_ps(acc[c], _mm512_sub_ps(t1, t2));
-        }
-    }
-};
-
-struct Q6Scales2 {
-    __m512i sc[16];
-    __m512i sp[8];
-};
-
-inline void unpack_q6_scales2(const uint8_t* p0, const uint8_t* p1, Q6Scales2* s) {
-    FX_UNROLL
-    for (int t = 0; t < 4; ++t) {
-        const __m512i v = load2x256(p0 + 32 * t, p1 + 32 * t);
-        FX_UNROLL
-        for (int j4 = 0; j4 < 4; ++j4)
-            s->sc[4 * t + j4] = _mm512_srai_epi16(_mm512_shuffle_epi8(v, wide_mask(pair_mask_hi(4 * j4, 4 * j4))), 8);
-    }
-    FX_UNROLL
-    for (int k = 0; k < 8; ++k) s->sp[k] = _mm512_mask_blend_epi16(0xAAAAAAAAu, s->sc[2 * k], s->sc[2 * k + 1]);
-}
-
-inline __m512i q6_quants2(const uint8_t* w0, const uint8_t* w1, int h, int m, int t) {
-    const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
-    const int64_t st = 144 + 96 * (8 * h + m);
-    const __m512i l = ld2(w0, w1, st + 32 * (t & 1)), qh = ld2(w0, w1, st + 64);
-    const __m512i lo = (t < 2) ? _mm512_and_si512(l, low4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), low4);
-    const __m512i hi = t == 0 ? _mm512_slli_epi16(qh, 4)
-                       : t == 1 ? _mm512_slli_epi16(qh, 2)
-                       : t == 2 ? qh
-                                : _mm512_srli_epi16(qh, 2);
-    return _mm512_or_si512(lo, _mm512_and_si512(hi, bits45));
-}
-
-struct Q6Unpacked2 {
-    __m512i q[64];  // q[4 * (8h + m) + t] = q6_quants2(h, m, t)
-    Q6Scales2 s;
-    __m512 d;
-};
-
-struct Q6Wide {
-    using Unpacked = Q6Unpacked2;
-    static void unpack(const uint8_t* w0, const uint8_t* w1, Unpacked* u) {
-        FX_UNROLL
-        for (int hm = 0; hm < 16; ++hm) {
-            FX_UNROLL
-            for (int t = 0; t < 4; ++t) u->q[4 * hm + t] = q6_quants2(w0, w1, hm / 8, hm % 8, t);
-        }
-        unpack_q6_scales2(w0 + 16, w1 + 16, &u->s);
-        u->d = cvt2x8_f16(w0, w1);
-    }
-    // q6_superblock's steps, 16 rows wide.
-    template <int NC>
-    static void unpacked(const Unpacked& u, const BlockQ8_K* const* y, __m512* acc) {
-        __m512i sumq[NC];
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            __m512i corr = _mm512_setzero_si512();
-            FX_UNROLL
-            for (int k = 0; k < 8; ++k)
-                corr = _mm512_add_epi32(corr, _mm512_madd_epi16(u.s.sp[k], bcast4_512(y[c]->bsums + 2 * k)));
-            sumq[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(corr, 5));
-        }
-        FX_UNROLL
-        for (int h = 0; h < 2; ++h) {
-            FX_UNROLL
-            for (int t = 0; t < 4; ++t) {
-                FX_UNROLL
-                for (int mh = 0; mh < 2; ++mh) {
-                    add_vnni_subblock2<NC, 4>([&](int k) { return u.q[4 * (8 * h + 4 * mh + k) + t]; },
-                                              [=](int k) { return 128 * h + 32 * t + 4 * (4 * mh + k); },
-                                              _mm512_srai_epi32(u.s.sc[8 * h + 2 * t + mh], 16), y, sumq);
-                }
-            }
-        }
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            const __m512 yd = _mm512_set1_ps(y[c]->d);
-            acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(yd, u.d), _mm512_cvtepi32_ps(sumq[c])));
-        }
-    }
-};
-
-template <class T>
-struct WideOf;
-template <bool kQ5>
-struct WideOf<KqTraits<kQ5>> {
-    using type = KqWide<kQ5>;
-};
-template <>
-struct WideOf<Q6Traits> {
-    using type = Q6Wide;
-};
-
-template <class W, int NC>
-inline void unpacked_cols2(const typename W::Unpacked& u, const uint8_t* a, int64_t a_row_bytes, __m512* acc) {
-    const BlockQ8_K* y[NC];
-    FX_UNROLL
-    for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const BlockQ8_K*>(a + c * a_row_bytes);
-    W::template unpacked<NC>(u, y, acc);
-}
-#endif  // FERROX_AVX512
 
 // ---- drivers ----
 
@@ -735,14 +638,14 @@ void gemm_group_direct(int64_t nb, const uint8_t* w, const uint8_t* a, int64_t a
         FX_UNROLL
         for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const BlockQ8_K*>(a + c * a_row_bytes + i * kQ8KBytes);
         prefetch_ahead<T::kGroup, _MM_HINT_NTA>(w + i * T::kGroup);
-        T::template direct<NC>(w + i * T::kGroup, y, acc);
+        T::template direct<NC>(Lanes8{w + i * T::kGroup}, y, acc);
     }
     FX_UNROLL
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + c * out_stride, acc[c]);
 }
 
-template <class T, int NC>
-inline void unpacked_cols(const typename T::Unpacked& u, const uint8_t* a, int64_t a_row_bytes, __m256* acc) {
+template <class T, int NC, class F>
+inline void unpacked_cols(const typename T::Unpacked& u, const uint8_t* a, int64_t a_row_bytes, F* acc) {
     const BlockQ8_K* y[NC];
     FX_UNROLL
     for (int c = 0; c < NC; ++c) y[c] = reinterpret_cast<const BlockQ8_K*>(a + c * a_row_bytes);
@@ -754,9 +657,49 @@ inline void unpacked_cols(const typename T::Unpacked& u, const uint8_t* a, int64
 constexpr int64_t kUnpackMinCols = 8;
 constexpr int64_t kColBlock = 64;
 
-template <class T>
+// n_units units of L::kRows rows (groups, or group pairs) from w against n_cols activation rows,
+// each super-block unpacked once per kColBlock of them.
+template <template <class> class Tr, class L>
+void gemm_unpacked(int64_t nb, const uint8_t* w, int64_t n_units, const uint8_t* a, int64_t a_row_bytes,
+                   int64_t n_cols, float* out, int64_t out_stride) {
+    using T = Tr<L>;
+    using F = typename L::F;
+    typename T::Unpacked u;
+    F acc[kColBlock];
+    const int64_t group_bytes = nb * T::kGroup;
+    for (int64_t g = 0; g < n_units; ++g) {
+        const L lanes = L::of(w + g * (L::kRows / 8) * group_bytes, group_bytes);
+        for (int64_t c0 = 0; c0 < n_cols; c0 += kColBlock) {
+            const int64_t nc = n_cols - c0 < kColBlock ? n_cols - c0 : kColBlock;
+            for (int64_t c = 0; c < nc; ++c) acc[c] = v_set1_ps<F>(0.0f);
+            for (int64_t i = 0; i < nb; ++i) {
+                T::unpack(lanes.at(i * T::kGroup), &u);
+                const uint8_t* ai = a + c0 * a_row_bytes + i * kQ8KBytes;
+                int64_t c = 0;
+                for (; c + 4 <= nc; c += 4) unpacked_cols<T, 4>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                switch (nc - c) {
+                    case 3:
+                        unpacked_cols<T, 3>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                        break;
+                    case 2:
+                        unpacked_cols<T, 2>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                        break;
+                    case 1:
+                        unpacked_cols<T, 1>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
+                        break;
+                    default:
+                        break;
+                }
+            }
+            for (int64_t c = 0; c < nc; ++c) v_store(out + (c0 + c) * out_stride + L::kRows * g, acc[c]);
+        }
+    }
+}
+
+template <template <class> class Tr>
 void gemm_packed8_kq(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes, int64_t n_cols,
                      float* out, int64_t out_stride) {
+    using T = Tr<Lanes8>;
     const int64_t nb = n / kQK_K;
     const auto* wp = static_cast<const uint8_t*>(w);
     const auto* ap = static_cast<const uint8_t*>(a);
@@ -783,61 +726,13 @@ void gemm_packed8_kq(int64_t n, const void* w, int64_t n_rows, const void* a, in
         }
         return;
     }
-    int64_t g_begin = 0;
+    int64_t g = 0;  // the first group the 8-row form takes
 #if FERROX_AVX512
-    // Group pairs, 16 rows a register (KqWide, Q6Wide); an odd last group below.
-    {
-        using W = typename WideOf<T>::type;
-        typename W::Unpacked u;
-        __m512 acc[kColBlock];
-        for (int64_t gp = 0; gp < n_rows / 16; ++gp) {
-            const uint8_t* w0 = wp + 2 * gp * nb * T::kGroup;
-            const uint8_t* w1 = w0 + nb * T::kGroup;
-            for (int64_t c0 = 0; c0 < n_cols; c0 += kColBlock) {
-                const int64_t nc = n_cols - c0 < kColBlock ? n_cols - c0 : kColBlock;
-                for (int64_t c = 0; c < nc; ++c) acc[c] = _mm512_setzero_ps();
-                for (int64_t i = 0; i < nb; ++i) {
-                    W::unpack(w0 + i * T::kGroup, w1 + i * T::kGroup, &u);
-                    const uint8_t* ai = ap + c0 * a_row_bytes + i * kQ8KBytes;
-                    int64_t c = 0;
-                    for (; c + 4 <= nc; c += 4) unpacked_cols2<W, 4>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                    for (; c < nc; ++c) unpacked_cols2<W, 1>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                }
-                for (int64_t c = 0; c < nc; ++c) _mm512_storeu_ps(out + (c0 + c) * out_stride + 16 * gp, acc[c]);
-            }
-        }
-        g_begin = n_rows / 16 * 2;
-    }
+    gemm_unpacked<Tr, Lanes16>(nb, wp, n_rows / 16, ap, a_row_bytes, n_cols, out, out_stride);
+    g = n_rows / 16 * 2;
 #endif
-    typename T::Unpacked u;
-    __m256 acc[kColBlock];
-    for (int64_t g = g_begin; g < n_rows / 8; ++g) {
-        const uint8_t* wg = wp + g * nb * T::kGroup;
-        for (int64_t c0 = 0; c0 < n_cols; c0 += kColBlock) {
-            const int64_t nc = n_cols - c0 < kColBlock ? n_cols - c0 : kColBlock;
-            for (int64_t c = 0; c < nc; ++c) acc[c] = _mm256_setzero_ps();
-            for (int64_t i = 0; i < nb; ++i) {
-                T::unpack(wg + i * T::kGroup, &u);
-                const uint8_t* ai = ap + c0 * a_row_bytes + i * kQ8KBytes;
-                int64_t c = 0;
-                for (; c + 4 <= nc; c += 4) unpacked_cols<T, 4>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                switch (nc - c) {
-                    case 3:
-                        unpacked_cols<T, 3>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                        break;
-                    case 2:
-                        unpacked_cols<T, 2>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                        break;
-                    case 1:
-                        unpacked_cols<T, 1>(u, ai + c * a_row_bytes, a_row_bytes, acc + c);
-                        break;
-                    default:
-                        break;
-                }
-            }
-            for (int64_t c = 0; c < nc; ++c) _mm256_storeu_ps(out + (c0 + c) * out_stride + 8 * g, acc[c]);
-        }
-    }
+    gemm_unpacked<Tr, Lanes8>(nb, wp + g * nb * T::kGroup, n_rows / 8 - g, ap, a_row_bytes, n_cols, out + 8 * g,
+                              out_stride);
 }
 
 }  // namespace
@@ -845,9 +740,9 @@ void gemm_packed8_kq(int64_t n, const void* w, int64_t n_rows, const void* a, in
 namespace detail::FERROX_ISA_NS {
 void override_packed_kquants(QuantKernels* table) {
     table[kernel_index(DType::kQ4_K)].repack8 = repack8_kq<false>;
-    table[kernel_index(DType::kQ4_K)].gemm_packed8 = gemm_packed8_kq<KqTraits<false>>;
+    table[kernel_index(DType::kQ4_K)].gemm_packed8 = gemm_packed8_kq<Q4KTraits>;
     table[kernel_index(DType::kQ5_K)].repack8 = repack8_kq<true>;
-    table[kernel_index(DType::kQ5_K)].gemm_packed8 = gemm_packed8_kq<KqTraits<true>>;
+    table[kernel_index(DType::kQ5_K)].gemm_packed8 = gemm_packed8_kq<Q5KTraits>;
     table[kernel_index(DType::kQ6_K)].repack8 = repack8_q6k;
     table[kernel_index(DType::kQ6_K)].gemm_packed8 = gemm_packed8_kq<Q6Traits>;
 }
