@@ -1,10 +1,10 @@
-// ferrox-make-tiny OUT_DIR: writes every tiny test model (model/tiny_model.h) as
+// ferrox-make-tiny OUT_DIR: writes every tiny test model (testing/tiny_model.h) as
 // OUT_DIR/<variant>.gguf, for the golden script that runs llama.cpp on them.
 #include <cstdio>
 #include <string>
 
 #include "loader/gguf_writer.h"
-#include "model/tiny_model.h"
+#include "testing/tiny_model.h"
 
 int main(int argc, char** argv) {
     if (argc != 2) {

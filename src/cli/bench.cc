@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "core/thread_pool.h"
+#include "engine/block_manager.h"
 #include "engine/loaded_model.h"
 #include "kernels/quants.h"
 #include "model/model.h"
@@ -149,8 +150,8 @@ std::string utc_now() {
 // The KV blocks of one test's sequence, taken from the pool and given back on scope exit.
 class BlockTable {
   public:
-    BlockTable(KvPool& kv, int n_pos) : kv_(kv) {
-        const int n = (n_pos + kv.geometry().block_size - 1) / kv.geometry().block_size;
+    BlockTable(BlockManager& kv, int n_pos) : kv_(kv) {
+        const int n = (n_pos + kv.block_size() - 1) / kv.block_size();
         for (int i = 0; i < n; ++i) blocks_.push_back(kv.allocate());
     }
     ~BlockTable() {
@@ -164,12 +165,12 @@ class BlockTable {
     int size() const { return static_cast<int>(blocks_.size()); }
 
   private:
-    KvPool& kv_;
+    BlockManager& kv_;
     std::vector<int32_t> blocks_;
 };
 
 // One prompt of tokens.size() tokens from position 0, in forward passes of <= n_batch tokens.
-Status run_prompt(Model& model, KvPool& kv, const BlockTable& table,
+Status run_prompt(Model& model, KvStorage& kv, const BlockTable& table,
                   const std::vector<int32_t>& tokens, int n_batch, std::vector<float>& logits) {
     const int n = static_cast<int>(tokens.size());
     Batch b;
@@ -188,7 +189,7 @@ Status run_prompt(Model& model, KvPool& kv, const BlockTable& table,
 // n_verify > 0 every sequence also has n_verify one-token entries at its next positions, after
 // all the sequences' own entries, as the engine lays out a step verifying draft tokens; each
 // step then advances a sequence by 1 + n_verify positions (every draft accepted).
-Status run_gen(Model& model, KvPool& kv, const std::vector<std::unique_ptr<BlockTable>>& tables, int n_gen,
+Status run_gen(Model& model, KvStorage& kv, const std::vector<std::unique_ptr<BlockTable>>& tables, int n_gen,
                int n_verify, int depth, int32_t first, std::mt19937& rng, std::vector<float>& logits) {
     Batch b;
     const int n_seq = static_cast<int>(tables.size());
@@ -308,7 +309,7 @@ std::string jsonl_line(const ModelDesc& d, const std::string& model_filename,
 }
 
 // Warm-up, then opts.n_reps timed runs of one test on a loaded model.
-Expected<TestResult> run_test(Model& model, KvPool& kv, const BenchOptions& opts, int n_prompt,
+Expected<TestResult> run_test(Model& model, BlockManager& blocks, KvStorage& kv, const BenchOptions& opts, int n_prompt,
                               int n_gen, int n_seq, int n_verify, int depth, int32_t bos) {
     TestResult r;
     r.n_threads = model.n_threads();
@@ -328,7 +329,7 @@ Expected<TestResult> run_test(Model& model, KvPool& kv, const BenchOptions& opts
 
     std::vector<std::unique_ptr<BlockTable>> tables;
     for (int i = 0; i < n_seq; ++i) {
-        tables.push_back(std::make_unique<BlockTable>(kv, std::max(n_prompt, depth + n_gen * (1 + n_verify))));
+        tables.push_back(std::make_unique<BlockTable>(blocks, std::max(n_prompt, depth + n_gen * (1 + n_verify))));
         if (!tables.back()->ok()) return internal_error("bench: the KV pool is too small for the test");
     }
     const BlockTable& table = *tables[0];
@@ -412,7 +413,9 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
         const int32_t bos = use_bos && **bos_id >= 0 && **bos_id < model->n_vocab()
                                 ? static_cast<int32_t>(**bos_id)
                                 : -1;
-        KvPool kv(model->kv_geometry(kKvBlock), max_seq * ((max_pos + kKvBlock - 1) / kKvBlock));
+        const int n_blocks = max_seq * ((max_pos + kKvBlock - 1) / kKvBlock);
+        BlockManager blocks(n_blocks, kKvBlock);
+        KvStorage kv(model->kv_geometry(kKvBlock), n_blocks);
         // (n_prompt, n_gen, n_seq, n_verify, depth), llama-bench's order
         std::vector<std::tuple<int, int, int, int, int>> tests;
         for (int p : opts.n_prompt)
@@ -424,7 +427,7 @@ Status run_bench(const GgufFile& file, const std::string& model_filename, const 
                         if (n > 0) tests.emplace_back(0, n, s, v, d);
         for (auto [n_prompt, n_gen, n_seq, n_verify, depth] : tests) {
             FERROX_ASSIGN_OR_RETURN(TestResult r,
-                                    run_test(*model, kv, opts, n_prompt, n_gen, n_seq, n_verify, depth, bos));
+                                    run_test(*model, blocks, kv, opts, n_prompt, n_gen, n_seq, n_verify, depth, bos));
             std::vector<double> ns, ts;
             for (int64_t x : r.samples_ns) {
                 ns.push_back(static_cast<double>(x));

@@ -15,7 +15,8 @@
 #include "cli/bench.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
-#include "engine/generate.h"
+#include "engine/engine_core.h"
+#include "engine/loaded_model.h"
 #include "engine/prompt.h"
 #include "engine/model_registry.h"
 #include "engine/model_spec.h"
@@ -24,6 +25,7 @@
 #include "kernels/quants.h"
 #include "model/model.h"
 #include "server/api_server.h"
+#include "testing/scripted_model.h"
 #include "engine/engine.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -130,8 +132,7 @@ int cmd_run(int argc, char** argv) {
     auto text = prompt_text(*args);
     if (!text.has_value()) return fail(text.status());
 
-    GenerateOptions gen;
-    SamplingParams& sp = gen.sampling;
+    SamplingParams sp;
     auto n_predict = args->get_int("-n", 128);
     auto n_ctx = args->get_int("-c", 0);
     auto n_threads = args->get_int("-t", 0);
@@ -159,7 +160,6 @@ int cmd_run(int argc, char** argv) {
         if (s) return fail(*s);
     }
     if (*n_threads < 0 || *n_ctx < 0) return fail(invalid_argument("-t and -c must be >= 0"));
-    gen.n_predict = *n_predict;
     sp.temperature = *temp;
     sp.top_k = *top_k;
     sp.top_p = *top_p;
@@ -170,19 +170,23 @@ int cmd_run(int argc, char** argv) {
     sp.frequency_penalty = *freq;
     sp.seed = *seed;
 
-    auto t_load = std::chrono::steady_clock::now();
-    std::unique_ptr<GgufFile> gguf;
-    auto tok = load_tokenizer(*model_path, &gguf);  // mapped: Model::load copies the weights (unless --mmap)
-    if (!tok.has_value()) return fail(tok.status());
-    if (!gguf) return fail(invalid_argument(*model_path + ": not a GGUF model"));
+    // The server's load path and engine, one request: the same prompt step, scheduler,
+    // speculation and sampler as `ferrox serve`.
+    ModelOptions mo;
+    mo.n_threads = *n_threads;
+    mo.ggml_order = args->has("--ggml-order");
+    mo.mmap = args->has("--mmap");
+    mo.max_ctx = *n_ctx > 0 ? *n_ctx : 4096;
+    auto lm = load_model(*model_path, mo);
+    if (!lm.has_value()) return fail(lm.status());
+    const Tokenizer& tk = *(*lm)->tokenizer;
+    const int ctx = *n_ctx > 0 ? *n_ctx : std::min(4096, (*lm)->model->n_ctx_train());
 
     std::vector<int32_t> ids;
     if (args->has("--chat")) {
         // The prompt step the server uses: the model's template (ChatML when it has none),
         // the same BOS rule.
-        auto tmpl = gguf->get_string("tokenizer.chat_template");
-        std::string source = tmpl.has_value() && tmpl->has_value() ? **tmpl : std::string();
-        auto builder = PromptBuilder::create(**tok, std::move(source));
+        auto builder = PromptBuilder::create(tk, (*lm)->chat_template);
         if (!builder.has_value()) return fail(builder.status());
         Conversation conv;
         conv.messages.push_back({.role = "user", .content = *text});
@@ -190,62 +194,67 @@ int cmd_run(int argc, char** argv) {
         if (!p.has_value()) return fail(p.status());
         ids = std::move(p->tokens);
     } else {
-        ids = (*tok)->encode(*text, /*add_special=*/true, /*parse_special=*/true);
+        ids = tk.encode(*text, /*add_special=*/true, /*parse_special=*/true);
     }
     if (ids.empty()) return fail(invalid_argument("the prompt is empty after tokenization"));
-
-    ModelOptions mo;
-    mo.n_threads = *n_threads;
-    mo.ggml_order = args->has("--ggml-order");
-    auto hp_ctx = gguf->get_int(gguf->get_string("general.architecture").value().value_or("") + ".context_length");
-    int ctx = *n_ctx > 0 ? *n_ctx : std::min<int>(4096, hp_ctx.has_value() && hp_ctx->has_value() ? static_cast<int>(**hp_ctx) : 4096);
     if (static_cast<int>(ids.size()) >= ctx) {
         return fail(invalid_argument("prompt of " + std::to_string(ids.size()) +
                                      " tokens does not fit the context of " + std::to_string(ctx)));
     }
-    mo.max_ctx = ctx;
-    auto model = Model::load(*gguf, mo);
-    if (!model.has_value()) return fail(model.status());
-    constexpr int kBlock = 64;
-    KvPool kv((*model)->kv_geometry(kBlock), (ctx + kBlock - 1) / kBlock);
-    const double load_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
+    EngineOptions eo;
+    eo.n_parallel = 1;
+    eo.n_ctx = ctx;
+    eo.max_queue = 1;
+    auto core = EngineCore::create(*lm, eo);
+    if (!core.has_value()) return fail(core.status());
 
     const bool print_ids = args->has("--ids");
-    const bool ignore_eos = args->has("--ignore-eos");
-    IncrementalDecoder dec(**tok);
-    bool first = true;
-    const Tokenizer& tk = **tok;
-    auto on_token = [&](int32_t id) {
+    GenerationParams params;
+    params.sampling = sp;
+    params.max_tokens = *n_predict < 0 ? -1 : std::min(*n_predict, ctx - static_cast<int>(ids.size()));
+    params.ignore_eos = args->has("--ignore-eos");
+    // With --ids the end-of-generation token is printed too: an event with logprobs carries it.
+    if (print_ids) params.top_logprobs = 0;
+    const int n_prompt = static_cast<int>(ids.size());
+    const auto t_start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point t_first{};
+    int n_gen = 0;
+    Status error;
+    auto sink = [&](EngineEvent&& ev) {
+        if (ev.kind == EngineEvent::Kind::kDone) {
+            if (ev.finish == FinishReason::kError) error = ev.error;
+            return;
+        }
+        if (ev.kind != EngineEvent::Kind::kText || ev.token < 0) {
+            if (ev.kind == EngineEvent::Kind::kText && !print_ids) std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+            return;
+        }
+        if (n_gen++ == 0) t_first = std::chrono::steady_clock::now();
         if (print_ids) {
-            std::printf(first ? "%d" : " %d", id);
-            first = false;
-        } else if (!tk.is_eog(id) || ignore_eos) {
-            std::string piece = dec.push(id);
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::printf(n_gen == 1 ? "%d" : " %d", ev.token);
+        } else {
+            std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
         }
         std::fflush(stdout);
-        return true;
     };
-    auto is_eog = [&](int32_t id) { return !ignore_eos && tk.is_eog(id); };
-    auto st = generate(**model, kv, ids, gen, on_token, is_eog);
-    if (!st.has_value()) return fail(st.status());
-    if (!print_ids) {
-        std::string rest = dec.flush();
-        std::fwrite(rest.data(), 1, rest.size(), stdout);
-    }
+    auto handle = (*core)->submit(std::move(ids), params, sink);
+    if (!handle.has_value()) return fail(handle.status());
+    (*core)->run_until_idle();
+    const auto t_end = std::chrono::steady_clock::now();
+    if (!error.is_ok()) return fail(error);
     std::printf("\n");
     std::fflush(stdout);
 
-    const int n_decode = std::max(0, st->n_gen - 1);
-    std::fprintf(stderr, "\nferrox: load time = %10.2f ms\n", load_ms);
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    const double prompt_ms = n_gen > 0 ? ms(t_start, t_first) : ms(t_start, t_end);
+    const double gen_ms = n_gen > 0 ? ms(t_first, t_end) : 0;
+    const int n_decode = std::max(0, n_gen - 1);
+    std::fprintf(stderr, "\nferrox: load time = %10.2f ms\n", (*lm)->load_ms);
     std::fprintf(stderr, "ferrox: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
-                 st->prompt_ms, st->n_prompt, st->prompt_ms / std::max(1, st->n_prompt),
-                 st->n_prompt * 1000.0 / std::max(1e-9, st->prompt_ms));
-    std::fprintf(stderr, "ferrox:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n",
-                 st->gen_ms, n_decode, st->gen_ms / std::max(1, n_decode),
-                 n_decode * 1000.0 / std::max(1e-9, st->gen_ms));
-    std::fprintf(stderr, "ferrox: threads = %d, kernels = %s\n", (*model)->n_threads(), kernels_isa_name());
+                 prompt_ms, n_prompt, prompt_ms / std::max(1, n_prompt), n_prompt * 1000.0 / std::max(1e-9, prompt_ms));
+    std::fprintf(stderr, "ferrox:        eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+                 gen_ms, n_decode, gen_ms / std::max(1, n_decode), n_decode * 1000.0 / std::max(1e-9, gen_ms));
+    std::fprintf(stderr, "ferrox: threads = %d, kernels = %s\n", (*lm)->model->n_threads(), kernels_isa_name());
     return 0;
 }
 
@@ -460,6 +469,10 @@ int cmd_serve(int argc, char** argv) {
     defaults->served.chat_template_override = so.chat_template_override;
     defaults->served.prompt.split_reasoning = so.split_reasoning;
     defaults->test_script = args->get("--test-script").value_or("");
+    defaults->stand_in = [](const LoadedModel& lm, const std::string& script) -> Expected<std::unique_ptr<ForwardModel>> {
+        FERROX_ASSIGN_OR_RETURN(std::vector<ScriptRule> rules, load_script(script, *lm.tokenizer));
+        return make_scripted_model(*lm.model, *lm.tokenizer, std::move(rules));
+    };
     RegistryOptions ro;
     ro.max_memory_bytes = static_cast<int64_t>(*max_memory) << 20;
     ro.defaults = defaults;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/block_manager.h"
+
 namespace ferrox {
 
 namespace {
@@ -13,7 +15,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 // Prefills `prompt` into a fresh sequence in chunks of at most max_batch tokens and leaves the
 // last position's logits in `logits`.
-Status prefill(Model& model, KvPool& kv, SeqKv& seq, std::span<const int32_t> prompt,
+Status prefill(Model& model, KvStorage& kv, SeqBlocks& seq, std::span<const int32_t> prompt,
                int max_batch, std::vector<float>& logits) {
     int n_past = 0;
     while (n_past < static_cast<int>(prompt.size())) {
@@ -31,22 +33,24 @@ Status prefill(Model& model, KvPool& kv, SeqKv& seq, std::span<const int32_t> pr
 
 }  // namespace
 
-Expected<std::vector<float>> prompt_logits(Model& model, KvPool& kv, std::span<const int32_t> prompt) {
+Expected<std::vector<float>> prompt_logits(Model& model, KvStorage& kv, std::span<const int32_t> prompt) {
     if (prompt.empty()) return invalid_argument("empty prompt");
-    SeqKv seq(&kv);
+    BlockManager blocks(kv.n_blocks(), kv.geometry().block_size);
+    SeqBlocks seq(&blocks);
     std::vector<float> logits(model.n_vocab());
     FERROX_RETURN_IF_ERROR(prefill(model, kv, seq, prompt, 512, logits));
     return logits;
 }
 
-Expected<GenerateStats> generate(Model& model, KvPool& kv, std::span<const int32_t> prompt,
+Expected<GenerateStats> generate(Model& model, KvStorage& kv, std::span<const int32_t> prompt,
                                  const GenerateOptions& opts,
                                  const std::function<bool(int32_t)>& on_token,
                                  const std::function<bool(int32_t)>& is_eog) {
     if (prompt.empty()) return invalid_argument("empty prompt");
     GenerateStats st;
     st.n_prompt = static_cast<int>(prompt.size());
-    SeqKv seq(&kv);
+    BlockManager blocks(kv.n_blocks(), kv.geometry().block_size);
+    SeqBlocks seq(&blocks);
     std::vector<float> logits(model.n_vocab());
     std::vector<int32_t> history(prompt.begin(), prompt.end());
     Sampler sampler(opts.sampling, model.n_vocab());

@@ -30,12 +30,12 @@ struct GenerateStats {
 
 // on_token(id) is called for every sampled token (including the end-of-generation one, after
 // which generation stops); returning false stops early. is_eog(id) says which tokens end it.
-Expected<GenerateStats> generate(Model& model, KvPool& kv, std::span<const int32_t> prompt,
+Expected<GenerateStats> generate(Model& model, KvStorage& kv, std::span<const int32_t> prompt,
                                  const GenerateOptions& opts,
                                  const std::function<bool(int32_t)>& on_token,
                                  const std::function<bool(int32_t)>& is_eog);
 
 // Logits of the last prompt position (n_vocab floats) after a fresh prefill; for tests.
-Expected<std::vector<float>> prompt_logits(Model& model, KvPool& kv, std::span<const int32_t> prompt);
+Expected<std::vector<float>> prompt_logits(Model& model, KvStorage& kv, std::span<const int32_t> prompt);
 
 }  // namespace ferrox

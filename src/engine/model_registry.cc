@@ -8,7 +8,6 @@
 #include "core/log.h"
 #include "engine/embedder.h"
 #include "engine/model_spec.h"
-#include "engine/scripted_model.h"
 
 namespace ferrox {
 
@@ -44,9 +43,10 @@ Expected<ModelLease> load_served_model(const ModelSpec& spec) {
     if (!spec.alias.empty()) lm.name = spec.alias;
     if (!spec.test_script.empty()) {
         // Tests only: the engine runs the scripted stand-in (same limits and KV geometry).
-        auto rules = load_script(spec.test_script, *lm.tokenizer);
-        if (!rules.has_value()) return rules.status();
-        lm.stand_in = make_scripted_model(*lm.model, *lm.tokenizer, std::move(*rules));
+        if (!spec.stand_in) return invalid_argument("this build cannot run a test script");
+        auto stand_in = spec.stand_in(lm, spec.test_script);
+        if (!stand_in.has_value()) return stand_in.status();
+        lm.stand_in = std::move(*stand_in);
     }
     std::shared_ptr<LoadedModel> draft;
     int64_t draft_bytes = 0;

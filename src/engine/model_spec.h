@@ -2,6 +2,8 @@
 // Everything one model load needs, from the command line (or an admin request on top of it).
 // Apart from model_registry.h so that the server never includes the engine's own headers.
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/status.h"
@@ -19,7 +21,11 @@ struct ModelSpec {
     // A draft model for speculative decoding (same vocabulary), loaded with `model`'s options;
     // empty: prompt lookup drafts.
     std::string draft_path;
-    std::string test_script;  // tests only: replay scripted answers (scripted_model.h)
+    // Tests only: a stand-in the engine runs instead of the model, made from the loaded model
+    // and `test_script` (the binary installs testing/scripted_model.h's for --test-script;
+    // the engine links no test code).
+    std::string test_script;
+    std::function<Expected<std::unique_ptr<ForwardModel>>(const LoadedModel&, const std::string& script)> stand_in;
 };
 
 // Loads a checkpoint into a ServedModel (file, model, tokenizer, engine, prompt builder).

@@ -122,13 +122,6 @@ std::string ServedModel::token_piece(int32_t id, bool special) const {
     return std::string(tokenizer().token_to_piece(id, special));
 }
 
-int ServedModel::first_invalid_token(std::span<const int64_t> ids) const {
-    for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= info_.n_vocab) return static_cast<int>(i);
-    }
-    return -1;
-}
-
 ServedModel::Load ServedModel::load() const {
     if (embedder_) return {0, embedder_->stats().n_waiting, 0, 0};
     const Engine::Stats s = engine_->stats();

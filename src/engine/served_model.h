@@ -96,8 +96,6 @@ class ServedModel {
     // The bytes of one token (control tokens' text only when `special`).
     std::string token_piece(int32_t id, bool special = false) const;
     int n_vocab() const { return info_.n_vocab; }
-    // The index of the first id outside [0, n_vocab), or -1 when all are valid.
-    int first_invalid_token(std::span<const int64_t> ids) const;
 
     struct Load {
         int n_running = 0, n_waiting = 0, kv_blocks_used = 0, kv_blocks_total = 0;

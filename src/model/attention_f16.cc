@@ -101,8 +101,8 @@ void attn_pv_decode_t_generic(const float* p, int p_stride, int n_q, const uint1
         std::fill(acc.begin(), acc.end(), 0.0f);
         const float* w = p + static_cast<size_t>(g) * p_stride;
         for (int i = p_begin; i < p_end; ++i) {
-            const uint16_t* col = blocks[(i - p_begin) / bs] + attn_v_offset(bs, n, i % bs, 0);
-            const int t = attn_v_tile(bs);
+            const uint16_t* col = blocks[(i - p_begin) / bs] + kv_v_offset(bs, n, i % bs, 0);
+            const int t = kv_v_tile(bs);
             float* a = acc.data() + static_cast<size_t>(i % 32) * n;
             for (int d = 0; d < n; ++d) a[d] = std::fma(fp16_to_fp32(col[static_cast<size_t>(d) * t]), w[i], a[d]);
         }

@@ -17,21 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/kv_storage.h"
+
 namespace ferrox {
 
-// The F16 cache's V layout within one block of bs positions (one KV head, hd elements per
-// position): transposed in tiles of T consecutive slots, each tile hd rows of T elements, so
-// that one dimension of 8 consecutive positions is one 16-byte load (decode P·V reads V along
-// positions, as ggml's product over llama.cpp's transposed V does). T = bs when bs % 8 == 0
-// (the whole block transposed: a dimension's slots are one run; tiles of 16 slots, which halve
-// the lines a position's write touches, read from memory a third slower in the P·V kernel's
-// order), else the largest power of two that divides bs.
-constexpr int attn_v_tile(int bs) { return bs % 8 == 0 ? bs : bs % 4 == 0 ? 4 : bs % 2 == 0 ? 2 : 1; }
-// Element d of slot j (in elements from the head's start in the block).
-constexpr size_t attn_v_offset(int bs, int hd, int j, int d) {
-    const int t = attn_v_tile(bs);
-    return static_cast<size_t>(j / t) * t * hd + static_cast<size_t>(d) * t + j % t;
-}
+// The F16 cache's V layout (kv_v_tile, kv_v_offset) is defined with the rest of the cache's
+// layout in model/kv_storage.h.
 
 struct AttnF16Kernels {
     // q·k, k an F16 row, q floats already rounded to F16 precision; n % 8 == 0.
@@ -63,7 +54,7 @@ struct AttnF16Kernels {
     void (*accumulate_t)(const float* p, const float* vt, int ld, int count, float* acc_t, int n);
     // vt[d * ld + j] = cols[j][d * dstride] as a float, for j < count <= ld and d < n; columns
     // count.. up to the next multiple of 8 are zero. (In the V cache's tiles a position's element
-    // d is dstride = attn_v_tile(block_size) elements after its element d - 1.)
+    // d is dstride = kv_v_tile(block_size) elements after its element d - 1.)
     void (*gather_vt)(const uint16_t* const* cols, int dstride, int count, int n, float* vt, int ld);
     // out[d] = reduce_prefill's sum of the 8 partial rows, from acc_t's layout.
     void (*reduce_prefill_t)(const float* acc_t, float* out, int n);
@@ -77,8 +68,8 @@ struct AttnF16Kernels {
     // out[g * out_stride + j] = dot_decode(q + g * n, row j) * scale.
     void (*dots_decode_group)(const float* q, int n_q, const uint16_t* k, int stride, int count, int n,
                               float scale, float* out, int out_stride);
-    // Decode P·V of n_q heads over one KV head's V, in tiles (attn_v_offset): position i's
-    // element d is at blocks[(i - p_begin) / bs][attn_v_offset(bs, n, i % bs, d)] (p_begin a
+    // Decode P·V of n_q heads over one KV head's V, in tiles (kv_v_offset): position i's
+    // element d is at blocks[(i - p_begin) / bs][kv_v_offset(bs, n, i % bs, d)] (p_begin a
     // multiple of bs). Head g's weights are p[g * p_stride + i], i in [p_begin, p_end), already rounded to
     // F16 precision; its output out[g][0..n) is, per dimension, 32 partial sums (position i goes
     // to partial row i % 32, fma(V, weight, row) from +0 in increasing i: accumulate's operations)

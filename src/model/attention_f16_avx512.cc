@@ -294,7 +294,7 @@ void pv16_heads(const float* const* w, const uint16_t* const* vp, int k0, int n_
 // multiple (bs % 16 == 0) and n % 8 == 0.
 bool pv16_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin,
                    int p_end, float* const* out, int n) {
-    const int tile = attn_v_tile(bs);
+    const int tile = kv_v_tile(bs);
     if (tile % 16 != 0 || n % 8 != 0) return false;
     const int k0 = p_begin / 16, n_full = (p_end - p_begin) / 16, rem = (p_end - p_begin) % 16;
     thread_local std::vector<const uint16_t*> vp_store;
@@ -302,7 +302,7 @@ bool pv16_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const*
     const uint16_t** vp = vp_store.data();
     for (int k = 0; k < n_full + (rem > 0 ? 1 : 0); ++k) {
         const int i = p_begin + 16 * k;
-        vp[k] = blocks[(i - p_begin) / bs] + attn_v_offset(bs, n, i % bs, 0);
+        vp[k] = blocks[(i - p_begin) / bs] + kv_v_offset(bs, n, i % bs, 0);
     }
     const auto ds = static_cast<size_t>(tile);
     for (int g0 = 0; g0 < n_q; g0 += 3) {

@@ -145,7 +145,7 @@ void pv_some_heads(int ng, const float* const* w, const uint16_t* const* vp, int
 template <int kG, int kDD>
 bool pv_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const* blocks, int bs, int p_begin, int p_end,
                  float* const* out, int n) {
-    const int tile = attn_v_tile(bs);
+    const int tile = kv_v_tile(bs);
     if (tile % 8 != 0 || n % 8 != 0) return false;
     // Each vector's tile, once for every pass.
     const int k0 = p_begin / 8, n_full = (p_end - p_begin) / 8, rem = (p_end - p_begin) % 8;
@@ -154,7 +154,7 @@ bool pv_decode_t(const float* p, int p_stride, int n_q, const uint16_t* const* b
     const uint16_t** vp = vp_store.data();
     for (int k = 0; k < n_full + (rem > 0 ? 1 : 0); ++k) {
         const int i = p_begin + 8 * k;
-        vp[k] = blocks[(i - p_begin) / bs] + attn_v_offset(bs, n, i % bs, 0);
+        vp[k] = blocks[(i - p_begin) / bs] + kv_v_offset(bs, n, i % bs, 0);
     }
     for (int g0 = 0; g0 < n_q; g0 += kG) {
         const int ng = std::min(kG, n_q - g0);

@@ -157,19 +157,6 @@ constexpr int kVChunk = 64;
 constexpr int kAccRowsPerThread = kAttnQueries * kPrefillRows + kVChunk;
 static_assert(kAttnHeads <= kAttnQueries);
 
-// The F16 cache's K (or V) of one KV head in one block and layer: the slab holds the heads one
-// after another, each block_size * head_dim elements, so an attention item, which reads one KV
-// head, reads one contiguous run per block. K is position-major (block_size rows of head_dim),
-// V transposed (attention_f16.h's attn_v_offset: head_dim rows of block_size slots), so that
-// decode P·V is a dot product over positions, as over llama.cpp's transposed V, with 8
-// positions per load.
-// (The Q8_0 cache keeps a position's heads together in one row, as its blocks of 32
-// elements need.)
-inline uint8_t* kv_head_rows(KvPool& kv, bool v, int32_t block, int il, int kvh, int bs, int hd) {
-    uint8_t* slab = v ? kv.v_rows(block, il) : kv.k_rows(block, il);
-    return slab + static_cast<size_t>(kvh) * bs * hd * sizeof(uint16_t);
-}
-
 // Asks for `bytes` at the start of each of `count` rows `row_bytes` apart (a hint: no effect on
 // the results).
 inline void prefetch_rows(const uint8_t* p, size_t row_bytes, int count, size_t bytes) {
@@ -663,9 +650,9 @@ Status Model::check_kv_type(KvType type) const {
     return Status::ok();
 }
 
-// Token t's V of KV head h into the F16 cache, transposed (attn_v_offset: element d at d * tile
+// Token t's V of KV head h into the F16 cache, transposed (kv_v_offset: element d at d * tile
 // from the slot's first).
-void Model::write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h) {
+void Model::write_v_f16(KvStorage& kv, const Batch& batch, int il, int t, int h) {
     const ModelHParams& hp = hp_;
     Scratch& s = *s_;
     const int bs = kv.geometry().block_size;
@@ -673,9 +660,9 @@ void Model::write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h) {
     const int32_t blk = batch.seqs[s.seq[t]].block_table[p / bs];
     uint16_t vh[kMaxHeadDim];
     attn_f16_kernels().to_f16(s.v.data() + static_cast<size_t>(t) * hp.kv_dim() + h * hp.head_dim, vh, hp.head_dim);
-    uint16_t* vt = reinterpret_cast<uint16_t*>(kv_head_rows(kv, true, blk, il, h, bs, hp.head_dim)) +
-                   attn_v_offset(bs, hp.head_dim, p % bs, 0);
-    const int tile = attn_v_tile(bs);
+    uint16_t* vt = reinterpret_cast<uint16_t*>(kv.head_rows(true, blk, il, h, hp.head_dim)) +
+                   kv_v_offset(bs, hp.head_dim, p % bs, 0);
+    const int tile = kv_v_tile(bs);
     for (int d = 0; d < hp.head_dim; ++d) vt[static_cast<size_t>(d) * tile] = vh[d];
 }
 
@@ -778,7 +765,7 @@ void Model::plan_attention(const Batch& batch) {
 // during the QKV product alone (~30 us a layer) the lines did arrive (attention 4.3 -> 3.1 ms a
 // step at 128 positions) but the product slowed as much (1.0 -> 2.1 ms).
 // On the AVX2 kernels (FERROX_KERNELS_ISA=avx2) it is neutral (+0.5 %).
-bool Model::plan_kv_prefetch(const Batch& batch, KvPool& kv, int il, int64_t steps) {
+bool Model::plan_kv_prefetch(const Batch& batch, KvStorage& kv, int il, int64_t steps) {
     constexpr int64_t kMaxFeedLines = 16384;
     const ModelHParams& hp = hp_;
     const int hd = hp.head_dim;
@@ -804,9 +791,9 @@ bool Model::plan_kv_prefetch(const Batch& batch, KvPool& kv, int il, int64_t ste
             const int last_all = span.last;
             for (int p = span.p_begin; p < last_all; p += bs) {
                 const int32_t blk = sq.block_table[p / bs];
-                f.runs.push_back(reinterpret_cast<const char*>(kv_head_rows(kv, false, blk, il, kvh, bs, hd)));
+                f.runs.push_back(reinterpret_cast<const char*>(kv.head_rows(false, blk, il, kvh, hd)));
                 f.lines.push_back(row_lines(static_cast<int64_t>(std::min(bs, last_all - p)) * hd * 2));
-                f.runs.push_back(reinterpret_cast<const char*>(kv_head_rows(kv, true, blk, il, kvh, bs, hd)));
+                f.runs.push_back(reinterpret_cast<const char*>(kv.head_rows(true, blk, il, kvh, hd)));
                 f.lines.push_back(row_lines(static_cast<int64_t>(bs) * hd * 2));
                 lines += f.lines[f.lines.size() - 2] + f.lines.back();
             }
@@ -844,7 +831,7 @@ int64_t Model::feed_steps(const MatJob* jobs, int n_jobs, int n_tok) const {
 // and P·V in its own order, so the bits do not depend on the items. Decode items are dealt in
 // contiguous shares with stealing; prompt items in turn (a causal prompt's later tokens attend
 // to more positions, and a contiguous split gave the last thread 3/4 of the work at 2 threads).
-void Model::attention(const Batch& batch, KvPool& kv, int il) {
+void Model::attention(const Batch& batch, KvStorage& kv, int il) {
     if (kv.geometry().type == KvType::kQ8_0) return attention_q8_0(batch, kv, il);
     const ModelHParams& hp = hp_;
     const int hd = hp.head_dim;
@@ -855,7 +842,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
-    // F16 cache slabs are head-major (see kv_head_rows): one KV head's rows of a block are
+    // F16 cache slabs are head-major (kv_storage.h): one KV head's rows of a block are
     // consecutive, hd elements apart.
     const int stride = hd;
     const std::vector<Scratch::AttnItem>& items = s.attn_items;
@@ -903,10 +890,10 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 // block's K rows are asked for a block ahead, its V during its dots (P·V reads V
                 // one dimension pair at a time, a line per tile: from memory that would be a
                 // strided walk).
-                const int v_tile = attn_v_tile(bs);
+                const int v_tile = kv_v_tile(bs);
                 const auto ahead = [&](bool v, int p) {  // the block at position p, if any
                     if (p >= last_all) return;
-                    const uint8_t* b = kv_head_rows(kv, v, sq.block_table[p / bs], il, kvh, bs, hd);
+                    const uint8_t* b = kv.head_rows(v, sq.block_table[p / bs], il, kvh, hd);
                     const int n = std::min(bs, last_all - p);
                     prefetch_rows(b, hd * sizeof(uint16_t), v ? (n + v_tile - 1) / v_tile * v_tile : n, hd * sizeof(uint16_t));
                 };
@@ -916,7 +903,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     const Scratch::AttnItem& nx = items[w + 1];
                     const BatchSeq& ns = batch.seqs[s.seq[nx.t0]];
                     const Scratch::DecodeSpan n = s.decode_span(nx, n_swa, bs);
-                    prefetch_rows(kv_head_rows(kv, false, ns.block_table[n.p_begin / bs], il, nx.h0 / group, bs, hd),
+                    prefetch_rows(kv.head_rows(false, ns.block_table[n.p_begin / bs], il, nx.h0 / group, hd),
                                   hd * sizeof(uint16_t), std::min(bs, n.last - n.p_begin), hd * sizeof(uint16_t));
                 }
                 for (int e = 0; e < ne; ++e) {
@@ -927,7 +914,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                     ahead(false, p + bs);
                     ahead(true, p);
                     const auto* krow =
-                        reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
+                        reinterpret_cast<const uint16_t*>(kv.head_rows(false, sq.block_table[p / bs], il, kvh, hd));
                     fk.dots_decode_group(qh, nq, krow, stride, std::min(bs, last_all - p), hd, scale, scores + p,
                                          static_cast<int>(ss));
                 }
@@ -948,7 +935,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 }
                 for (int p = p_begin; p < last_all; p += bs) {
                     vblocks[(p - p_begin) / bs] =
-                        reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd));
+                        reinterpret_cast<const uint16_t*>(kv.head_rows(true, sq.block_table[p / bs], il, kvh, hd));
                 }
                 float* outs[kAttnQueries];
                 for (int e = 0; e < ne; ++e) {
@@ -973,7 +960,7 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
             const int p_begin = v_begin / bs * bs;
             for (int p = p_begin; p < last_kv; p += bs) {
                 const auto* krow =
-                    reinterpret_cast<const uint16_t*>(kv_head_rows(kv, false, sq.block_table[p / bs], il, kvh, bs, hd));
+                    reinterpret_cast<const uint16_t*>(kv.head_rows(false, sq.block_table[p / bs], il, kvh, hd));
                 fk.dots_prefill_group(qh, nq, krow, stride, std::min(bs, last_kv - p), hd, scale, scores + p,
                                       static_cast<int>(ss));
             }
@@ -996,10 +983,10 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
                 const int m = std::min(kVChunk, last_kv - p0);
                 for (int j = 0; j < m; ++j) {
                     const int p = p0 + j;
-                    cols[j] = reinterpret_cast<const uint16_t*>(kv_head_rows(kv, true, sq.block_table[p / bs], il, kvh, bs, hd)) +
-                              attn_v_offset(bs, hd, p % bs, 0);
+                    cols[j] = reinterpret_cast<const uint16_t*>(kv.head_rows(true, sq.block_table[p / bs], il, kvh, hd)) +
+                              kv_v_offset(bs, hd, p % bs, 0);
                 }
-                fk.gather_vt(cols, attn_v_tile(bs), m, hd, vt, kVChunk);
+                fk.gather_vt(cols, kv_v_tile(bs), m, hd, vt, kVChunk);
                 for (int i = 0; i < it.nt; ++i) {
                     const int mi = std::min(m, s.pos[it.t0 + i] + 1 - p0);
                     if (mi <= 0) continue;
@@ -1020,13 +1007,13 @@ void Model::attention(const Batch& batch, KvPool& kv, int il) {
     });
 }
 
-void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
+void Model::attention_q8_0(const Batch& batch, KvStorage& kv, int il) {
     const ModelHParams& hp = hp_;
     const int n_tok = static_cast<int>(batch.tokens.size());
     const int hd = hp.head_dim;
     const int group = hp.n_head / hp.n_head_kv;
     const int bs = kv.geometry().block_size;
-    const size_t head_bytes = static_cast<size_t>(hd) / 32 * 34;  // slabs head-major, as the F16 cache's
+    const size_t head_bytes = kv.head_bytes(hd);
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;
     const float cap = hp.attn_logit_softcap;
@@ -1047,13 +1034,13 @@ void Model::attention_q8_0(const Batch& batch, KvPool& kv, int il) {
             const int first_kv = n_swa > 0 ? std::max(0, n_kv - n_swa) : 0;
             kq.quantize_act_row(s.q.data() + static_cast<size_t>(t) * hp.q_dim() + h * hd, qq, hd);
             for (int p = first_kv; p < n_kv; ++p) {
-                const uint8_t* krow = kv.k_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
+                const uint8_t* krow = kv.head_rows(false, sq.block_table[p / bs], il, kvh, hd) + (p % bs) * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
             window_softmax(scores, first_kv, n_kv, cap);
             std::fill(acc, acc + hd, 0.0f);
             for (int p = first_kv; p < n_kv; ++p) {
-                const uint8_t* vrow = kv.v_rows(sq.block_table[p / bs], il) + (kvh * bs + p % bs) * head_bytes;
+                const uint8_t* vrow = kv.head_rows(true, sq.block_table[p / bs], il, kvh, hd) + (p % bs) * head_bytes;
                 kq.dequantize_row(vrow, vbuf, hd);
                 const float sp = scores[p];
                 for (int d = 0; d < hd; ++d) acc[d] += sp * vbuf[d];
@@ -1086,7 +1073,7 @@ void Model::parallel_for(int n, const std::function<void(int)>& fn) {
     });
 }
 
-Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
+Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits) {
     const ModelHParams& hp = hp_;
     const int n_tok = static_cast<int>(batch.tokens.size());
     if (n_tok == 0) return Status::ok();
@@ -1230,16 +1217,15 @@ Status Model::forward(const Batch& batch, KvPool& kv, std::span<float> logits) {
                     for (int h = 0; h < hp.n_head_kv; ++h) {
                         const size_t at = static_cast<size_t>(p % bs) * hp.head_dim;
                         fk.to_f16(k + h * hp.head_dim,
-                                  reinterpret_cast<uint16_t*>(kv_head_rows(kv, false, blk, il, h, bs, hp.head_dim)) + at,
+                                  reinterpret_cast<uint16_t*>(kv.head_rows(false, blk, il, h, hp.head_dim)) + at,
                                   hp.head_dim);
                         if (!s.v_late[t]) write_v_f16(kv, batch, il, t, h);
                     }
                 } else {  // per head: the same blocks of 32 as the whole row's (head_dim % 32 == 0)
-                    const size_t head_bytes = static_cast<size_t>(hp.head_dim) / 32 * 34;
+                    const size_t at = static_cast<size_t>(p % bs) * kv.head_bytes(hp.head_dim);
                     for (int h = 0; h < hp.n_head_kv; ++h) {
-                        const size_t at = (static_cast<size_t>(h) * bs + p % bs) * head_bytes;
-                        kq8.quantize_act_row(k + h * hp.head_dim, kv.k_rows(blk, il) + at, hp.head_dim);
-                        kq8.quantize_act_row(v + h * hp.head_dim, kv.v_rows(blk, il) + at, hp.head_dim);
+                        kq8.quantize_act_row(k + h * hp.head_dim, kv.head_rows(false, blk, il, h, hp.head_dim) + at, hp.head_dim);
+                        kq8.quantize_act_row(v + h * hp.head_dim, kv.head_rows(true, blk, il, h, hp.head_dim) + at, hp.head_dim);
                     }
                 }
             }

@@ -17,7 +17,8 @@
 #include "core/thread_pool.h"
 #include "loader/gguf.h"
 #include "model/hparams.h"
-#include "model/kv_cache.h"
+#include "model/forward_model.h"
+#include "model/kv_storage.h"
 
 namespace ferrox {
 
@@ -55,43 +56,6 @@ struct LayerWeights {
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
     std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
     std::vector<float> post_attn_norm, post_ffn_norm;  // (n_embd); empty unless post_norms
-};
-
-// One sequence's share of a batch: tokens [i_begin, i_begin + n_tokens) of Batch::tokens
-// are its positions n_past, n_past + 1, ...; its KV blocks must already cover them.
-struct BatchSeq {
-    int i_begin = 0;
-    int n_tokens = 0;
-    int n_past = 0;
-    const int32_t* block_table = nullptr;
-    int n_blocks = 0;
-    bool want_logits = true;  // logits of the last token
-};
-
-struct Batch {
-    std::vector<int32_t> tokens;
-    std::vector<BatchSeq> seqs;
-};
-
-// What the engine needs of a model: its limits, the KV geometry and the batched forward.
-// Model implements it; scheduler tests use a fake.
-class ForwardModel {
-public:
-    virtual ~ForwardModel() = default;
-    virtual int n_vocab() const = 0;
-    virtual int max_ctx() const = 0;           // longest sequence forward() accepts
-    virtual int n_ctx_train() const = 0;       // the context the model was trained for
-    virtual int max_batch_tokens() const = 0;  // largest batch forward() accepts
-    virtual KvGeometry kv_geometry(int block_size, KvType type) const = 0;
-    // Whether the cache type works with this model (a one-line reason when not).
-    virtual Status check_kv_type(KvType type) const = 0;
-    virtual Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) = 0;
-    // Runs fn(i) for i in [0, n), on the forward pass's threads where the model has them (the
-    // caller's thread takes part; no forward may run meanwhile). Work between forward passes
-    // that splits by sequence, such as sampling each row.
-    virtual void parallel_for(int n, const std::function<void(int)>& fn) {
-        for (int i = 0; i < n; ++i) fn(i);
-    }
 };
 
 struct ModelOptions {
@@ -137,7 +101,7 @@ public:
 
     // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
     // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
-    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override;
+    Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override;
     void parallel_for(int n, const std::function<void(int)>& fn) override;
 
 private:
@@ -179,11 +143,11 @@ private:
     GemmPacked packed_gemm(const QuantKernels& k) const;
     void ffn_residual(const LayerWeights& L, int t0, int t1);
     void plan_attention(const Batch& batch);
-    bool plan_kv_prefetch(const Batch& batch, KvPool& kv, int il, int64_t steps);
+    bool plan_kv_prefetch(const Batch& batch, KvStorage& kv, int il, int64_t steps);
     int64_t feed_steps(const MatJob* jobs, int n_jobs, int n_tok) const;
-    void write_v_f16(KvPool& kv, const Batch& batch, int il, int t, int h);
-    void attention(const Batch& batch, KvPool& kv, int il);
-    void attention_q8_0(const Batch& batch, KvPool& kv, int il);
+    void write_v_f16(KvStorage& kv, const Batch& batch, int il, int t, int h);
+    void attention(const Batch& batch, KvStorage& kv, int il);
+    void attention_q8_0(const Batch& batch, KvStorage& kv, int il);
     void place_weights(const GgufFile& f, bool repack, bool copy);
 
     ModelHParams hp_;

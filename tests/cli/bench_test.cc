@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tiny_model.h"
+#include "testing/tiny_model.h"
 
 namespace ferrox::cli {
 namespace {

@@ -19,11 +19,14 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *extra):
+    # threads: `-t` (None: ferrox's default, a thread per core, where stream parsers and sinks
+    # run on the engine thread: server/README.md).
+    def __init__(self, *extra, threads=1):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        t = ["-t", str(threads)] if threads is not None else []
         self.proc = subprocess.Popen(
-            [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port), "-t", "1",
+            [BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(self.port), *t,
              "-c", "2048", "-np", "4", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 60
@@ -54,7 +57,7 @@ class Server:
 def server():
     if not os.path.exists(MODEL):
         pytest.skip(f"{MODEL} is missing: run `make model`")
-    s = Server()
+    s = Server(threads=None)  # the default configuration is the one most tests use
     yield s
     rc = s.stop()
     assert rc == 0, "SIGTERM must end the server with exit code 0"

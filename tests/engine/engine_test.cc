@@ -1,5 +1,6 @@
 // The engine on the default model: continuous batching gives every request the same greedy
 // tokens it gets alone; cancellation, limits and stop strings; every KV block returns.
+#include "support/test_kv.h"
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -102,7 +103,7 @@ TEST_F(EngineTest, BatchedRequestsMatchSoloGreedy) {
     // Alone, through the single-sequence generator.
     std::vector<std::string> solo;
     for (const auto& p : prompts) {
-        KvPool kv((*model_)->model->kv_geometry(16), 64);
+        TestKv kv((*model_)->model->kv_geometry(16), 64);
         std::vector<int32_t> out;
         GenerateOptions go;
         go.n_predict = 12;

@@ -1,5 +1,5 @@
-// Prompt lookup (engine/prompt_lookup.h): which earlier occurrence drafts, and how much.
-#include "engine/prompt_lookup.h"
+// Prompt lookup (engine/spec/prompt_lookup.h): which earlier occurrence drafts, and how much.
+#include "engine/spec/prompt_lookup.h"
 
 #include <gtest/gtest.h>
 

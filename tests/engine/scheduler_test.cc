@@ -83,7 +83,7 @@ class FakeModel final : public ForwardModel {
     }
     Status check_kv_type(KvType) const override { return Status::ok(); }
 
-    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override {
+    Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override {
         if (const int us = step_us_.load(); us > 0) {
             std::this_thread::sleep_for(std::chrono::microseconds(
                 us + token_us_.load() * static_cast<int>(batch.tokens.size())));
@@ -150,7 +150,7 @@ class FakeModel final : public ForwardModel {
     }
 
   private:
-    Status run(const Batch& batch, KvPool& kv, std::span<float> logits) {
+    Status run(const Batch& batch, KvStorage& kv, std::span<float> logits) {
         const KvGeometry& geo = kv.geometry();
         const int bs = geo.block_size;
         const size_t row_bytes = geo.row_bytes();
@@ -186,11 +186,12 @@ class FakeModel final : public ForwardModel {
                 const int p = s.n_past + i;
                 const int32_t b = s.block_table[p / bs];
                 // A block being written belongs to this sequence alone and is not in the cache.
-                if (kv.ref_count(b) != 1 || kv.published(b)) {
+                const BlockManager* bm = blocks_;
+                if (bm && (bm->ref_count(b) != 1 || bm->published(b))) {
                     return internal_error("fake: writes position " + std::to_string(p) +
                                           " into block " + std::to_string(b) + " (refs " +
-                                          std::to_string(kv.ref_count(b)) +
-                                          (kv.published(b) ? ", published)" : ")"));
+                                          std::to_string(bm->ref_count(b)) +
+                                          (bm->published(b) ? ", published)" : ")"));
                 }
                 // (A speculating sequence's draft entries write its own blocks: the owner is
                 // the block table, which entries of one sequence share.)
@@ -246,6 +247,11 @@ class FakeModel final : public ForwardModel {
     std::shared_ptr<ForwardLog> log_;
     char log_tag_ = 0;
     std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
+    const BlockManager* blocks_ = nullptr;  // the engine's, when the test gives it
+
+  public:
+    // The block manager of the pool this fake writes (its blocks must be private to the writer).
+    void set_blocks(const BlockManager* b) { blocks_ = b; }
 };
 
 // Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).

@@ -2,7 +2,7 @@
 // and the real engine, run on the default model's tokenizer, streams exactly the scripted
 // replies: by trigger, sampled or greedy, batched, from a warm prefix cache, across chunked
 // prefill and preemption, with tool-call markup and with a control token in the reply.
-#include "engine/scripted_model.h"
+#include "testing/scripted_model.h"
 
 #include <gtest/gtest.h>
 
@@ -38,7 +38,7 @@ public:
     Status check_kv_type(KvType type) const override {
         return type == KvType::kF16 ? Status::ok() : unimplemented("no q8_0 here");
     }
-    Status forward(const Batch&, KvPool&, std::span<float>) override {
+    Status forward(const Batch&, KvStorage&, std::span<float>) override {
         return internal_error("the real model must not run");
     }
 
@@ -59,7 +59,7 @@ public:
         return inner_->kv_geometry(block_size, type);
     }
     Status check_kv_type(KvType type) const override { return inner_->check_kv_type(type); }
-    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override {
+    Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override {
         {
             std::unique_lock<std::mutex> lk(mu_);
             cv_.wait(lk, [&] { return open_; });

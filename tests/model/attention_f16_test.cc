@@ -84,7 +84,7 @@ void check_pv_decode_t(const AttnF16Kernels& fk, const char* name) {
                     for (int d = 0; d < n; ++d) {
                         const uint16_t h = fp32_to_fp16(nd(rng));
                         rows[static_cast<size_t>(i) * n + d] = h;
-                        const_cast<uint16_t*>(blocks[(i - p_begin) / bs])[attn_v_offset(bs, n, i % bs, d)] = h;
+                        const_cast<uint16_t*>(blocks[(i - p_begin) / bs])[kv_v_offset(bs, n, i % bs, d)] = h;
                     }
                 }
                 const int p_stride = p_end + 11;
@@ -144,7 +144,7 @@ void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
                 for (uint16_t& x : v) x = fp32_to_fp16(nd(rng));
                 std::vector<const uint16_t*> rows(count);
                 for (int j = 0; j < count; ++j) rows[j] = v.data() + static_cast<size_t>(j) * stride;
-                // The same values in the cache's V tiles (attn_v_offset) of blocks of bs slots, the
+                // The same values in the cache's V tiles (kv_v_offset) of blocks of bs slots, the
                 // chunk starting at slot `off` of its first block: runs of 8 in one tile and runs
                 // that cross a tile, a block, or have tiles of 4 (bs = 12).
                 const int bs = p0 == 64 ? 12 : 16, off = p0 == 128 ? 3 : 0;
@@ -152,12 +152,12 @@ void check_accumulate_t(const AttnF16Kernels& fk, const char* name) {
                 std::vector<uint16_t> tmem(static_cast<size_t>(n_blocks) * bs * n + 8, 0x7e00);
                 std::vector<const uint16_t*> cols(count);
                 for (int j = 0; j < count; ++j) {
-                    uint16_t* col = tmem.data() + static_cast<size_t>((off + j) / bs) * bs * n + attn_v_offset(bs, n, (off + j) % bs, 0);
-                    for (int d = 0; d < n; ++d) col[static_cast<size_t>(d) * attn_v_tile(bs)] = rows[j][d];
+                    uint16_t* col = tmem.data() + static_cast<size_t>((off + j) / bs) * bs * n + kv_v_offset(bs, n, (off + j) % bs, 0);
+                    for (int d = 0; d < n; ++d) col[static_cast<size_t>(d) * kv_v_tile(bs)] = rows[j][d];
                     cols[j] = col;
                 }
                 std::vector<float> vt(static_cast<size_t>(n) * kLd, std::nanf(""));
-                fk.gather_vt(cols.data(), attn_v_tile(bs), count, n, vt.data(), kLd);
+                fk.gather_vt(cols.data(), kv_v_tile(bs), count, n, vt.data(), kLd);
                 for (int d = 0; d < n; ++d) {
                     for (int j = 0; j < (count + 7) / 8 * 8; ++j) {
                         const float want = j < count ? fp16_to_fp32(rows[j][d]) : 0.0f;

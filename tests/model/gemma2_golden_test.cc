@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "support/test_kv.h"
 #include "engine/generate.h"
 #include "loader/gguf.h"
 #include "model/model.h"
@@ -74,7 +75,7 @@ TEST_F(Gemma2, HyperparametersFromMetadata) {
 TEST_F(Gemma2, LastPromptLogitsMatchLlamaCpp) {
     const auto prompt = (*golden_)["prompt"].get<std::vector<int32_t>>();
     ASSERT_GT(static_cast<int>(prompt.size()), model_->hparams().n_swa);  // the window cuts in
-    KvPool kv(model_->kv_geometry(64), 2);
+    TestKv kv(model_->kv_geometry(64), 2);
     auto got = prompt_logits(*model_, kv, prompt);
     ASSERT_TRUE(got.has_value()) << got.status().message();
     const std::vector<float> want = floats("logits"), uncapped = floats("logits_uncapped");
@@ -98,7 +99,7 @@ TEST_F(Gemma2, LastPromptLogitsMatchLlamaCpp) {
 TEST_F(Gemma2, GreedyTokensMatchLlamaCpp) {
     const auto prompt = (*golden_)["prompt"].get<std::vector<int32_t>>();
     const auto want = (*golden_)["greedy"].get<std::vector<int32_t>>();
-    KvPool kv(model_->kv_geometry(64), 2);
+    TestKv kv(model_->kv_geometry(64), 2);
     GenerateOptions go;
     go.n_predict = static_cast<int>(want.size());
     go.sampling.temperature = 0;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "support/test_kv.h"
 #include "chat/jinja.h"
 #include "engine/generate.h"
 #include "engine/prompt.h"
@@ -71,7 +72,7 @@ protected:
         const bool has_bos = text.rfind("<bos>", 0) == 0;
         return tok_->encode(text, !has_bos, /*parse_special=*/true);
     }
-    static KvPool make_pool() { return KvPool(model_->kv_geometry(64), kMaxCtx / 64); }
+    static TestKv make_pool() { return TestKv(model_->kv_geometry(64), kMaxCtx / 64); }
 
     static inline GgufFile* gguf_ = nullptr;
     static inline Tokenizer* tok_ = nullptr;
@@ -182,8 +183,8 @@ void Gemma3::check_greedy(Model& model, bool exact) {
     const int n_vocab = model.n_vocab();
     int n_blocks = 0;
     for (const auto& p : prompts) n_blocks += (static_cast<int>(p["ids"].size()) + 64 + 63) / 64;
-    KvPool kv(model.kv_geometry(64), n_blocks);
-    std::vector<std::unique_ptr<SeqKv>> seqs;
+    TestKv kv(model.kv_geometry(64), n_blocks);
+    std::vector<std::unique_ptr<TestSeq>> seqs;
     std::vector<std::vector<int32_t>> want(n_seq);
     std::vector<std::vector<float>> margins(n_seq);
     std::vector<int> n_past(n_seq, 0), first_diff(n_seq, -1);
@@ -200,7 +201,7 @@ void Gemma3::check_greedy(Model& model, bool exact) {
         margins[i] = prompts[i]["margins"].get<std::vector<float>>();
         ASSERT_EQ(want[i].size(), 64u);
         n_long += static_cast<int>(ids.size()) > model.hparams().n_swa ? 1 : 0;
-        seqs.push_back(std::make_unique<SeqKv>(&kv));
+        seqs.push_back(std::make_unique<TestSeq>(&kv));
         ASSERT_TRUE(seqs[i]->reserve(static_cast<int>(ids.size()) + 64).is_ok());
         for (size_t c = 0; c < ids.size(); c += 512) {
             const int n = static_cast<int>(std::min<size_t>(512, ids.size() - c));
@@ -258,7 +259,7 @@ void Gemma3::check_logits(Model& model, bool exact) {
         std::ifstream in(kGolden + p["logits_file"].get<std::string>(), std::ios::binary);
         in.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * 4));
         ASSERT_TRUE(in.good());
-        KvPool kv = make_pool();
+        TestKv kv = make_pool();
         auto got = prompt_logits(model, kv, p["ids"].get<std::vector<int32_t>>());
         ASSERT_TRUE(got.has_value());
         double dot = 0, na = 0, nb = 0, max_diff = 0;

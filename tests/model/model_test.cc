@@ -9,13 +9,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/test_kv.h"
 #include "engine/generate.h"
 #include "kernels/quants.h"
 #include "kernels/test_util.h"
 #include "loader/gguf.h"
 #include "loader/gguf_writer.h"
 #include "model/model.h"
-#include "model/tiny_model.h"
+#include "testing/tiny_model.h"
 
 namespace ferrox {
 namespace {
@@ -61,7 +62,7 @@ TEST(TinyModels, MatchLlamaCpp) {
         ASSERT_TRUE(l.model);
         std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
         std::vector<float> want = ref["logits"].get<std::vector<float>>();
-        KvPool kv(l.model->kv_geometry(16), 16);
+        TestKv kv(l.model->kv_geometry(16), 16);
         auto got = prompt_logits(*l.model, kv, prompt);
         ASSERT_TRUE(got.has_value()) << got.status().message();
         ASSERT_EQ(got->size(), want.size());
@@ -87,8 +88,8 @@ TEST(TinyModels, MatchLlamaCpp) {
         // (random weights produce near-ties that 1e-4 of rounding may flip).
         std::vector<int32_t> want_greedy = ref["greedy"].get<std::vector<int32_t>>();
         std::vector<float> margins = ref["margins"].get<std::vector<float>>();
-        KvPool kv2(l.model->kv_geometry(16), 16);
-        SeqKv seq(&kv2);
+        TestKv kv2(l.model->kv_geometry(16), 16);
+        TestSeq seq(&kv2);
         std::vector<float> step_logits(l.model->n_vocab());
         int n_past = 0, n_clear = 0;
         std::vector<int32_t> feed = prompt;
@@ -116,8 +117,8 @@ TEST(TinyModels, MatchLlamaCpp) {
 
 std::vector<float> run_alone(Model& m, const std::vector<int32_t>& prompt, int block_size, int chunk,
                              KvType kv_type = KvType::kF16) {
-    KvPool kv(m.kv_geometry(block_size, kv_type), 256 / block_size + 1);
-    SeqKv seq(&kv);
+    TestKv kv(m.kv_geometry(block_size, kv_type), 256 / block_size + 1);
+    TestSeq seq(&kv);
     EXPECT_TRUE(seq.reserve(static_cast<int>(prompt.size())).is_ok());
     std::vector<float> logits(m.n_vocab());
     for (size_t i = 0; i < prompt.size(); i += chunk) {
@@ -153,8 +154,8 @@ TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
         for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(one_by_one[i], la[i], 1e-3 * (1 + std::abs(la[i]))) << i;
 
         // Both sequences in one batch.
-        KvPool kv(m.kv_geometry(8), 8);
-        SeqKv sa(&kv), sb(&kv);
+        TestKv kv(m.kv_geometry(8), 8);
+        TestSeq sa(&kv), sb(&kv);
         ASSERT_TRUE(sa.reserve(static_cast<int>(a.size()) + 1).is_ok());
         ASSERT_TRUE(sb.reserve(static_cast<int>(b.size())).is_ok());
         Batch batch;
@@ -173,8 +174,8 @@ TEST(Forward, BatchingChunkingAndBlockSizeChangeNothing) {
         // (decode-order attention for a, prefill order for the prompt, 1 + 9 activation rows).
         const int32_t next = 77;
         auto step_of_a = [&](const std::vector<int32_t>& other, std::vector<float>* out) {
-            KvPool kv2(m.kv_geometry(8), 16);
-            SeqKv s1(&kv2), s2(&kv2);
+            TestKv kv2(m.kv_geometry(8), 16);
+            TestSeq s1(&kv2), s2(&kv2);
             ASSERT_TRUE(s1.reserve(static_cast<int>(a.size()) + 1).is_ok());
             ASSERT_TRUE(s2.reserve(static_cast<int>(other.size()) + 1).is_ok());
             Batch pre;
@@ -220,16 +221,16 @@ TEST(Forward, WideDecodeStepsChangeNothing) {
             prompts[i].resize(static_cast<size_t>(2 + (i * 7) % 41));  // 2 .. 42 tokens, 8 and 16 among them
             for (size_t j = 0; j < prompts[i].size(); ++j) prompts[i][j] = static_cast<int32_t>((i * 31 + j * 17 + 5) % 320);
         }
-        KvPool kv(m.kv_geometry(kBlock), kSeqs * (48 / kBlock + 1));
-        std::vector<std::unique_ptr<SeqKv>> seqs;
+        TestKv kv(m.kv_geometry(kBlock), kSeqs * (48 / kBlock + 1));
+        std::vector<std::unique_ptr<TestSeq>> seqs;
         std::vector<float> lg(m.n_vocab());
         Batch step;
         for (int i = 0; i < kSeqs; ++i) {
             const std::vector<int32_t>& p = prompts[i];
             const int n_pre = static_cast<int>(p.size()) - 1;
-            seqs.push_back(std::make_unique<SeqKv>(&kv));
+            seqs.push_back(std::make_unique<TestSeq>(&kv));
             ASSERT_TRUE(seqs.back()->reserve(n_pre + 1).is_ok());
-            const SeqKv& s = *seqs.back();
+            const TestSeq& s = *seqs.back();
             Batch pre;
             pre.tokens.assign(p.begin(), p.end() - 1);
             pre.seqs.push_back({0, n_pre, 0, s.blocks().data(), static_cast<int>(s.blocks().size()), true});
@@ -260,8 +261,8 @@ TEST(Forward, Q8KvCacheIsCloseToF16) {
     std::vector<int32_t> p;
     for (int i = 0; i < 40; ++i) p.push_back((i * 37 + 11) % spec.n_vocab);
     auto run = [&](KvType type, int chunk) {
-        KvPool kv(m.kv_geometry(16, type), 4);
-        SeqKv seq(&kv);
+        TestKv kv(m.kv_geometry(16, type), 4);
+        TestSeq seq(&kv);
         EXPECT_TRUE(seq.reserve(static_cast<int>(p.size())).is_ok());
         std::vector<float> logits(m.n_vocab());
         for (size_t i = 0; i < p.size(); i += chunk) {
@@ -398,8 +399,8 @@ TEST(Forward, F16PromptTokenSplitChangesNothing) {
 
 TEST(Forward, RejectsBadBatches) {
     Loaded l = load_tiny(TinyModelSpec{});
-    KvPool kv(l.model->kv_geometry(16), 4);
-    SeqKv seq(&kv);
+    TestKv kv(l.model->kv_geometry(16), 4);
+    TestSeq seq(&kv);
     ASSERT_TRUE(seq.reserve(16).is_ok());
     std::vector<float> logits(l.model->n_vocab());
     Batch b;

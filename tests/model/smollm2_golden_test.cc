@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/test_kv.h"
 #include "engine/generate.h"
 #include "engine/tokenizer_gguf.h"
 #include "kernels/quants.h"
@@ -111,7 +112,7 @@ void SmolLM2::check_greedy(Model& model, bool exact) {
         go.n_predict = 64;
         go.sampling.temperature = 0;
         std::vector<int32_t> got;
-        KvPool kv(model.kv_geometry(64), 4);
+        TestKv kv(model.kv_geometry(64), 4);
         auto st = generate(model, kv, ids, go, [&](int32_t t) { got.push_back(t); return true; },
                            [](int32_t) { return false; });
         ASSERT_TRUE(st.has_value()) << st.status().message();
@@ -131,8 +132,8 @@ void SmolLM2::check_greedy(Model& model, bool exact) {
             ++n_prompts;
             continue;
         }
-        KvPool kv2(model.kv_geometry(64), 4);
-        SeqKv seq(&kv2);
+        TestKv kv2(model.kv_geometry(64), 4);
+        TestSeq seq(&kv2);
         std::vector<float> logits(model.n_vocab());
         std::vector<int32_t> feed = ids;
         int n_past = 0;
@@ -174,7 +175,7 @@ void SmolLM2::check_logits(Model& model, bool exact) {
         std::ifstream in(kGolden + p["logits_file"].get<std::string>(), std::ios::binary);
         in.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * 4));
         ASSERT_TRUE(in.good());
-        KvPool kv(model.kv_geometry(64), 4);
+        TestKv kv(model.kv_geometry(64), 4);
         auto got = prompt_logits(model, kv, p["ids"].get<std::vector<int32_t>>());
         ASSERT_TRUE(got.has_value());
         double dot = 0, na = 0, nb = 0, max_diff = 0;

@@ -1,7 +1,7 @@
 // Fuzz target: raw bytes into the real listener. The real ApiServer runs in-process on
-// 127.0.0.1 (port 0) with a tiny random-weight model (model/tiny_model.h) carrying the GPT-2
+// 127.0.0.1 (port 0) with a tiny random-weight model (testing/tiny_model.h) carrying the GPT-2
 // vocabulary, the Qwen3 chat template (reasoning and Hermes tool calls) and the scripted
-// stand-in (engine/scripted_model.h) instead of the forward pass, so that every answer is
+// stand-in (testing/scripted_model.h) instead of the forward pass, so that every answer is
 // short and deterministic. Each input goes down one TCP connection, then a FIN; the reply is
 // read until the server closes. Besides crashes, hangs and sanitizer reports it aborts when:
 //  - the server neither answers nor closes within 10 s of the FIN;
@@ -37,7 +37,7 @@
 #include "engine/model_spec.h"
 #include "loader/gguf.h"
 #include "loader/gguf_writer.h"
-#include "model/tiny_model.h"
+#include "testing/tiny_model.h"
 #include "server/api_server.h"
 
 #ifndef FERROX_TESTDATA_DIR

@@ -1,4 +1,4 @@
-#include "model/tiny_model.h"
+#include "testing/tiny_model.h"
 
 #include <cmath>
 #include <cstring>

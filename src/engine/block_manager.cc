@@ -1,43 +1,22 @@
-#include "model/kv_cache.h"
+#include "engine/block_manager.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include <sys/mman.h>
-
 #include "core/check.h"
 
 namespace ferrox {
 
-const char* kv_type_name(KvType t) { return t == KvType::kF16 ? "f16" : "q8_0"; }
-
-Expected<KvType> parse_kv_type(const std::string& name) {
-    if (name == "f16") return KvType::kF16;
-    if (name == "q8_0") return KvType::kQ8_0;
-    return invalid_argument("unknown KV cache type '" + name + "' (use f16 or q8_0)");
-}
-
-KvPool::KvPool(KvGeometry geometry, int n_blocks) : geo_(geometry), n_blocks_(n_blocks) {
-    CHECK(n_blocks > 0 && geo_.block_size > 0 && geo_.kv_dim > 0 && geo_.n_layer > 0);
-    CHECK(geo_.type == KvType::kF16 || geo_.kv_dim % 32 == 0);
-    // 2 MiB-aligned and advised as huge pages: attention reads one 4 KiB run per block, head
-    // and K/V, so with 4 KiB pages every run was a TLB miss of its own (16 sequences at 512
-    // positions touch ~70,000 pages a step). `ferrox bench -p 0 -n 32 -np 16 -d 512`, 12
-    // alternating runs each: median 607 -> 693 t/s; at short contexts no change measured.
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t bytes = (geo_.block_bytes() * n_blocks + kHuge - 1) / kHuge * kHuge;
-    storage_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, bytes)));
-    CHECK(storage_ != nullptr);
-    madvise(storage_.get(), bytes, MADV_HUGEPAGE);
-    base_ = storage_.get();
+BlockManager::BlockManager(int n_blocks, int block_size) : n_blocks_(n_blocks), block_size_(block_size) {
+    CHECK(n_blocks > 0 && block_size > 0);
     free_.reserve(n_blocks);
     for (int i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
     meta_.assign(n_blocks, Meta{});
-    tokens_.assign(static_cast<size_t>(n_blocks) * geo_.block_size, 0);
+    tokens_.assign(static_cast<size_t>(n_blocks) * block_size, 0);
 }
 
-int32_t KvPool::allocate() {
+int32_t BlockManager::allocate() {
     int32_t b;
     if (!free_.empty()) {
         b = free_.back();
@@ -55,12 +34,12 @@ int32_t KvPool::allocate() {
     return b;
 }
 
-void KvPool::retain(int32_t block) {
+void BlockManager::retain(int32_t block) {
     CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
     ++meta_[block].refs;
 }
 
-void KvPool::release(int32_t block) {
+void BlockManager::release(int32_t block) {
     CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
     Meta& m = meta_[block];
     if (--m.refs > 0) return;
@@ -71,11 +50,11 @@ void KvPool::release(int32_t block) {
     }
 }
 
-uint64_t KvPool::chain_hash(uint64_t parent_hash, const int32_t* tokens) const {
+uint64_t BlockManager::chain_hash(uint64_t parent_hash, const int32_t* tokens) const {
     // splitmix64 over the parent's hash and each token. Matches are verified token for token,
     // so a collision costs a lookup, never a wrong answer.
     uint64_t h = parent_hash ^ 0x9e3779b97f4a7c15ULL;
-    for (int i = 0; i < geo_.block_size; ++i) {
+    for (int i = 0; i < block_size_; ++i) {
         h += static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9e3779b97f4a7c15ULL;
         h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
         h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
@@ -84,8 +63,8 @@ uint64_t KvPool::chain_hash(uint64_t parent_hash, const int32_t* tokens) const {
     return h == 0 ? 1 : h;
 }
 
-int KvPool::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out) {
-    const int bs = geo_.block_size;
+int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out) {
+    const int bs = block_size_;
     const int n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / bs);
     uint64_t h = 0;
     int32_t parent = -1;
@@ -115,7 +94,7 @@ int KvPool::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::v
     return found;
 }
 
-int32_t KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
+int32_t BlockManager::publish(int32_t block, int32_t parent, const int32_t* tokens) {
     CHECK(block >= 0 && block < n_blocks_ && meta_[block].refs > 0);
     Meta& m = meta_[block];
     if (m.hash != 0) return block;  // already published (a shared block)
@@ -144,12 +123,12 @@ int32_t KvPool::publish(int32_t block, int32_t parent, const int32_t* tokens) {
     m.hash = h;
     m.parent = parent;
     m.parent_epoch = parent >= 0 ? meta_[parent].epoch : 0;
-    std::memcpy(tokens_.data() + static_cast<size_t>(block) * geo_.block_size, tokens,
-                geo_.block_size * sizeof(int32_t));
+    std::memcpy(tokens_.data() + static_cast<size_t>(block) * block_size_, tokens,
+                block_size_ * sizeof(int32_t));
     return block;
 }
 
-void KvPool::clear_cache() {
+void BlockManager::clear_cache() {
     while (lru_head_ >= 0) {
         const int32_t b = lru_head_;
         lru_unlink(b);
@@ -158,7 +137,7 @@ void KvPool::clear_cache() {
     }
 }
 
-void KvPool::unpublish(int32_t b) {
+void BlockManager::unpublish(int32_t b) {
     Meta& m = meta_[b];
     if (m.hash == 0) return;
     auto it = index_.find(m.hash);
@@ -167,7 +146,7 @@ void KvPool::unpublish(int32_t b) {
     m.parent = -1;
 }
 
-void KvPool::lru_unlink(int32_t b) {
+void BlockManager::lru_unlink(int32_t b) {
     Meta& m = meta_[b];
     CHECK(m.evictable);
     if (m.lru_prev >= 0) meta_[m.lru_prev].lru_next = m.lru_next; else lru_head_ = m.lru_next;
@@ -177,7 +156,7 @@ void KvPool::lru_unlink(int32_t b) {
     --n_evictable_;
 }
 
-void KvPool::lru_push_back(int32_t b) {
+void BlockManager::lru_push_back(int32_t b) {
     Meta& m = meta_[b];
     CHECK(!m.evictable);
     m.lru_prev = lru_tail_;
@@ -188,7 +167,7 @@ void KvPool::lru_push_back(int32_t b) {
     ++n_evictable_;
 }
 
-Status SeqKv::reserve(int n_pos) {
+Status SeqBlocks::reserve(int n_pos) {
     while (capacity() < n_pos) {
         int32_t b = pool_->allocate();
         if (b < 0) {
@@ -201,12 +180,12 @@ Status SeqKv::reserve(int n_pos) {
     return Status::ok();
 }
 
-void SeqKv::adopt(const std::vector<int32_t>& blocks) {
+void SeqBlocks::adopt(const std::vector<int32_t>& blocks) {
     CHECK(blocks_.empty());
     blocks_ = blocks;
 }
 
-void SeqKv::clear() {
+void SeqBlocks::clear() {
     for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool_->release(*it);
     blocks_.clear();
 }

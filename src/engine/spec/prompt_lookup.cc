@@ -1,4 +1,6 @@
-#include "engine/prompt_lookup.h"
+#include "engine/spec/prompt_lookup.h"
+
+#include "engine/spec/speculation.h"
 
 #include <algorithm>
 
@@ -26,5 +28,7 @@ void ngram_draft(std::span<const int32_t> toks, int n_max, int k, std::vector<in
         return;
     }
 }
+
+double PromptLookupProposer::prior() const { return kPriorAccept; }
 
 }  // namespace ferrox

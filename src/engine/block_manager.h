@@ -1,30 +1,21 @@
 #pragma once
-// The KV cache: a pool of fixed-size blocks allocated once, each holding `block_size`
-// positions of K and V for every layer. A sequence owns a block table (indices into the
-// pool); position p of a sequence lives in block table[p / block_size], slot p % block_size.
-// Blocks are reference-counted so sequences can share a common prefix.
+// The block manager: which KV blocks exist, who holds them, and which prefixes they cache. No
+// bytes: the blocks' K and V live in the backend's storage (model/kv_storage.h), indexed by the
+// same block ids. A sequence owns a block table (SeqBlocks); position p of a sequence lives in
+// block table[p / block_size], slot p % block_size. Blocks are reference-counted so sequences
+// can share a common prefix.
 //
-// Layout of one block: [n_layer][2: K, V][slab of block_size * row_bytes]. The model decides
-// the slab's order: an F16 cache is head-major, K [n_head_kv][block_size][head_dim] and V
-// transposed, [n_head_kv][head_dim][block_size] (what one attention item, one KV head, streams
-// over: model.cc's kv_head_rows, attention_f16.h's attn_v_offset), and a Q8_0 cache is
-// head-major by position, each position's head_dim values in blocks of 32 with an F16 scale.
-// The pool only moves and shares whole blocks.
+// It is also the prefix cache. A full block whose tokens are known can be published under a
+// chained hash of every token from position 0 to its end; a later sequence whose tokens begin
+// the same way finds the longest chain of published blocks, verified token for token and
+// parent by parent, and shares them instead of computing them again. A published block whose
+// last reference goes stays cached (evictable); allocation takes never-used or unpublished
+// blocks first and then evicts cached blocks least recently released first. Sequences release
+// their blocks tail first, so the end of a prefix is evicted before its beginning.
 //
-// The pool is also the prefix cache. A full block whose tokens are known can be published
-// under a chained hash of every token from position 0 to its end; a later sequence whose
-// tokens begin the same way finds the longest chain of published blocks, verified token for
-// token and parent by parent, and shares them instead of computing them again. A published
-// block whose last reference goes stays cached (evictable); allocation takes never-used or
-// unpublished blocks first and then evicts cached blocks least recently released first.
-// Sequences release their blocks tail first, so the end of a prefix is evicted before its
-// beginning.
-//
-// Threading: allocation, reference counts and the cache index are for the engine thread only;
-// the forward pass writes and reads rows of blocks that the engine handed it.
+// Threading: engine thread only (the forward pass reads the block tables the engine handed it).
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -34,30 +25,13 @@
 
 namespace ferrox {
 
-enum class KvType { kF16, kQ8_0 };
-const char* kv_type_name(KvType t);  // "f16", "q8_0"
-Expected<KvType> parse_kv_type(const std::string& name);
-
-struct KvGeometry {
-    int n_layer = 0;
-    int kv_dim = 0;      // n_head_kv * head_dim
-    int block_size = 0;  // positions per block
-    KvType type = KvType::kF16;
-
-    // Bytes of one position's K (or V) row of one layer.
-    size_t row_bytes() const {
-        return type == KvType::kF16 ? static_cast<size_t>(kv_dim) * 2 : static_cast<size_t>(kv_dim) / 32 * 34;
-    }
-    size_t block_bytes() const { return static_cast<size_t>(n_layer) * 2 * block_size * row_bytes(); }
-};
-
-class KvPool {
+class BlockManager {
 public:
-    KvPool(KvGeometry geometry, int n_blocks);
-    KvPool(const KvPool&) = delete;
-    KvPool& operator=(const KvPool&) = delete;
+    BlockManager(int n_blocks, int block_size);
+    BlockManager(const BlockManager&) = delete;
+    BlockManager& operator=(const BlockManager&) = delete;
 
-    const KvGeometry& geometry() const { return geo_; }
+    int block_size() const { return block_size_; }
     int n_blocks() const { return n_blocks_; }
     // Blocks that allocate() can hand out: never used, released, or cached and unreferenced.
     int n_free() const { return static_cast<int>(free_.size()) + n_evictable_; }
@@ -91,11 +65,7 @@ public:
     // Drops every unreferenced cached block (they return to the free list).
     void clear_cache();
 
-    uint8_t* k_rows(int32_t block, int il) { return base_ + (static_cast<size_t>(block) * geo_.n_layer + il) * 2 * slab(); }
-    uint8_t* v_rows(int32_t block, int il) { return k_rows(block, il) + slab(); }
-
 private:
-    size_t slab() const { return static_cast<size_t>(geo_.block_size) * geo_.row_bytes(); }
     uint64_t chain_hash(uint64_t parent_hash, const int32_t* tokens) const;
     void lru_unlink(int32_t b);
     void lru_push_back(int32_t b);
@@ -111,13 +81,8 @@ private:
         bool evictable = false;     // published, unreferenced, in the LRU list
     };
 
-    KvGeometry geo_;
     int n_blocks_;
-    struct FreeDeleter {
-        void operator()(uint8_t* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t, FreeDeleter> storage_;  // 2 MiB-aligned, huge pages where the kernel gives them
-    uint8_t* base_;
+    int block_size_;
     std::vector<int32_t> free_;
     std::vector<Meta> meta_;
     std::vector<int32_t> tokens_;  // [n_blocks][block_size]: the tokens of published blocks
@@ -127,12 +92,12 @@ private:
 };
 
 // The blocks of one sequence, in position order.
-class SeqKv {
+class SeqBlocks {
 public:
-    explicit SeqKv(KvPool* pool) : pool_(pool) {}
-    ~SeqKv() { clear(); }
-    SeqKv(const SeqKv&) = delete;
-    SeqKv& operator=(const SeqKv&) = delete;
+    explicit SeqBlocks(BlockManager* pool) : pool_(pool) {}
+    ~SeqBlocks() { clear(); }
+    SeqBlocks(const SeqBlocks&) = delete;
+    SeqBlocks& operator=(const SeqBlocks&) = delete;
 
     // Makes room for positions [0, n_pos). Fails (ResourceExhausted) when the pool is full;
     // what was allocated so far stays owned by the sequence.
@@ -142,10 +107,10 @@ public:
     // Releases every block, the last first (so a cached prefix is evicted from its end).
     void clear();
     const std::vector<int32_t>& blocks() const { return blocks_; }
-    int capacity() const { return static_cast<int>(blocks_.size()) * pool_->geometry().block_size; }
+    int capacity() const { return static_cast<int>(blocks_.size()) * pool_->block_size(); }
 
 private:
-    KvPool* pool_;
+    BlockManager* pool_;
     std::vector<int32_t> blocks_;
 };
 

@@ -1,8 +1,8 @@
-// The KV block pool and its prefix cache as pure logic: reference counts, publish and match,
+// The block manager and its prefix cache as pure logic: reference counts, publish and match,
 // LRU eviction (tail first), stale children after a parent's eviction (epochs), duplicate
-// publication, clear_cache, geometry; then thousands of random operations checked against a
+// publication, clear_cache; then thousands of random operations checked against a
 // plain model of what the pool must hold.
-#include "model/kv_cache.h"
+#include "engine/block_manager.h"
 
 #include <gtest/gtest.h>
 
@@ -16,18 +16,17 @@ namespace ferrox {
 namespace {
 
 constexpr int kBs = 4;
-KvGeometry small_geometry(int block_size = kBs) { return {1, 32, block_size, KvType::kF16}; }
 
 // Publishes `blocks` as the chain holding `tokens` (blocks.size() full blocks).
-void publish_chain(KvPool& pool, const std::vector<int32_t>& blocks,
+void publish_chain(BlockManager& pool, const std::vector<int32_t>& blocks,
                    const std::vector<int32_t>& tokens) {
-    const int bs = pool.geometry().block_size;
+    const int bs = pool.block_size();
     for (size_t i = 0; i < blocks.size(); ++i) {
         pool.publish(blocks[i], i > 0 ? blocks[i - 1] : -1, tokens.data() + i * bs);
     }
 }
 
-std::vector<int32_t> match(KvPool& pool, const std::vector<int32_t>& tokens,
+std::vector<int32_t> match(BlockManager& pool, const std::vector<int32_t>& tokens,
                            int max_blocks = 1 << 20) {
     std::vector<int32_t> out;
     const int n = pool.match_prefix(tokens, max_blocks, &out);
@@ -35,7 +34,7 @@ std::vector<int32_t> match(KvPool& pool, const std::vector<int32_t>& tokens,
     return out;
 }
 
-void release_all(KvPool& pool, const std::vector<int32_t>& blocks) {
+void release_all(BlockManager& pool, const std::vector<int32_t>& blocks) {
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool.release(*it);
 }
 
@@ -45,8 +44,8 @@ std::vector<int32_t> iota_tokens(int n, int32_t first) {
     return t;
 }
 
-TEST(KvPool, AllocateReleaseRefcounts) {
-    KvPool pool(small_geometry(), 4);
+TEST(BlockManager, AllocateReleaseRefcounts) {
+    BlockManager pool(4, kBs);
     EXPECT_EQ(pool.n_blocks(), 4);
     EXPECT_EQ(pool.n_free(), 4);
     EXPECT_EQ(pool.n_used(), 0);
@@ -80,9 +79,9 @@ TEST(KvPool, AllocateReleaseRefcounts) {
     EXPECT_EQ(pool.n_free(), 4);
 }
 
-TEST(KvPool, SeqKvReserveFailsKeepsWhatItGot) {
-    KvPool pool(small_geometry(), 3);
-    SeqKv seq(&pool);
+TEST(BlockManager, SeqBlocksReserveFailsKeepsWhatItGot) {
+    BlockManager pool(3, kBs);
+    SeqBlocks seq(&pool);
     EXPECT_TRUE(seq.reserve(9).is_ok());  // 3 blocks
     EXPECT_EQ(seq.capacity(), 12);
     EXPECT_TRUE(seq.reserve(12).is_ok());  // already covered: no allocation
@@ -92,18 +91,18 @@ TEST(KvPool, SeqKvReserveFailsKeepsWhatItGot) {
     EXPECT_EQ(seq.blocks().size(), 3u);
     seq.clear();
     EXPECT_EQ(pool.n_free(), 3);
-    SeqKv partial(&pool);
-    SeqKv hog(&pool);
+    SeqBlocks partial(&pool);
+    SeqBlocks hog(&pool);
     ASSERT_TRUE(hog.reserve(4).is_ok());
     EXPECT_FALSE(partial.reserve(12).is_ok());
     EXPECT_EQ(partial.blocks().size(), 2u);  // what it could get stays owned
     EXPECT_EQ(pool.n_free(), 0);
 }
 
-TEST(KvPool, MatchFindsLongestVerifiedChain) {
-    KvPool pool(small_geometry(), 16);
+TEST(BlockManager, MatchFindsLongestVerifiedChain) {
+    BlockManager pool(16, kBs);
     const std::vector<int32_t> toks = iota_tokens(14, 100);  // 3 full blocks + 2
-    SeqKv seq(&pool);
+    SeqBlocks seq(&pool);
     ASSERT_TRUE(seq.reserve(14).is_ok());
     const std::vector<int32_t> blocks(seq.blocks().begin(), seq.blocks().begin() + 3);
     publish_chain(pool, blocks, toks);
@@ -141,8 +140,8 @@ TEST(KvPool, MatchFindsLongestVerifiedChain) {
     for (int32_t b : seq.blocks()) EXPECT_EQ(pool.ref_count(b), 1);
 }
 
-TEST(KvPool, MatchRetainsAndTakesTheBlockOutOfTheLru) {
-    KvPool pool(small_geometry(), 4);
+TEST(BlockManager, MatchRetainsAndTakesTheBlockOutOfTheLru) {
+    BlockManager pool(4, kBs);
     const std::vector<int32_t> toks = iota_tokens(4, 1);
     const int32_t b = pool.allocate();
     pool.publish(b, -1, toks.data());
@@ -179,8 +178,8 @@ TEST(KvPool, MatchRetainsAndTakesTheBlockOutOfTheLru) {
     EXPECT_TRUE(match(pool, toks).empty());
 }
 
-TEST(KvPool, EvictsLeastRecentlyReleasedFirst) {
-    KvPool pool(small_geometry(), 4);
+TEST(BlockManager, EvictsLeastRecentlyReleasedFirst) {
+    BlockManager pool(4, kBs);
     std::vector<std::vector<int32_t>> toks;
     std::vector<int32_t> blocks;
     for (int i = 0; i < 4; ++i) {
@@ -208,8 +207,8 @@ TEST(KvPool, EvictsLeastRecentlyReleasedFirst) {
     EXPECT_EQ(pool.n_cached(), 0);
 }
 
-TEST(KvPool, UnpublishedBlocksAreTakenBeforeCachedOnes) {
-    KvPool pool(small_geometry(), 3);
+TEST(BlockManager, UnpublishedBlocksAreTakenBeforeCachedOnes) {
+    BlockManager pool(3, kBs);
     const std::vector<int32_t> toks = iota_tokens(4, 5);
     const int32_t cached = pool.allocate();
     pool.publish(cached, -1, toks.data());
@@ -223,12 +222,12 @@ TEST(KvPool, UnpublishedBlocksAreTakenBeforeCachedOnes) {
     EXPECT_EQ(match(pool, toks), std::vector<int32_t>{cached});
 }
 
-TEST(KvPool, SequenceReleasedTailFirstKeepsItsPrefixLongest) {
-    KvPool pool(small_geometry(), 4);
+TEST(BlockManager, SequenceReleasedTailFirstKeepsItsPrefixLongest) {
+    BlockManager pool(4, kBs);
     const std::vector<int32_t> toks = iota_tokens(16, 50);
     std::vector<int32_t> blocks;
     {
-        SeqKv seq(&pool);
+        SeqBlocks seq(&pool);
         ASSERT_TRUE(seq.reserve(16).is_ok());
         blocks = seq.blocks();
         publish_chain(pool, blocks, toks);
@@ -243,7 +242,7 @@ TEST(KvPool, SequenceReleasedTailFirstKeepsItsPrefixLongest) {
     {
         std::vector<int32_t> got = match(pool, toks);
         EXPECT_EQ(got, std::vector<int32_t>(blocks.begin(), blocks.begin() + 3));
-        SeqKv seq(&pool);
+        SeqBlocks seq(&pool);
         seq.adopt(got);
     }  // the destructor clears, tail first again
     EXPECT_EQ(pool.allocate(), blocks[2]);
@@ -254,8 +253,8 @@ TEST(KvPool, SequenceReleasedTailFirstKeepsItsPrefixLongest) {
 // A child published under a parent that is evicted and handed out again never matches, even
 // when the parent's block comes back holding the very same tokens; republishing the child
 // replaces the stale entry.
-TEST(KvPool, ChildOfAnEvictedParentNeverMatches) {
-    KvPool pool(small_geometry(), 3);
+TEST(BlockManager, ChildOfAnEvictedParentNeverMatches) {
+    BlockManager pool(3, kBs);
     const std::vector<int32_t> toks = iota_tokens(8, 200);
     const int32_t p = pool.allocate();
     const int32_t c = pool.allocate();
@@ -300,8 +299,8 @@ TEST(KvPool, ChildOfAnEvictedParentNeverMatches) {
 }
 
 // The parent's block reused for other tokens: the child's chain is gone too.
-TEST(KvPool, ChildOfAReusedParentNeverMatches) {
-    KvPool pool(small_geometry(), 2);
+TEST(BlockManager, ChildOfAReusedParentNeverMatches) {
+    BlockManager pool(2, kBs);
     const std::vector<int32_t> toks = iota_tokens(8, 1);
     const int32_t p = pool.allocate();
     const int32_t c = pool.allocate();
@@ -321,8 +320,8 @@ TEST(KvPool, ChildOfAReusedParentNeverMatches) {
     pool.release(p);
 }
 
-TEST(KvPool, DuplicatePublishKeepsTheFirst) {
-    KvPool pool(small_geometry(), 5);
+TEST(BlockManager, DuplicatePublishKeepsTheFirst) {
+    BlockManager pool(5, kBs);
     const std::vector<int32_t> toks = iota_tokens(8, 30);
     const int32_t a = pool.allocate();
     const int32_t a2 = pool.allocate();
@@ -358,8 +357,8 @@ TEST(KvPool, DuplicatePublishKeepsTheFirst) {
     EXPECT_EQ(match(pool, toks), (std::vector<int32_t>{a, b2}));
 }
 
-TEST(KvPool, PublishIsIdempotentAndNeedsAPublishedParent) {
-    KvPool pool(small_geometry(), 4);
+TEST(BlockManager, PublishIsIdempotentAndNeedsAPublishedParent) {
+    BlockManager pool(4, kBs);
     const std::vector<int32_t> toks = iota_tokens(8, 3);
     const int32_t a = pool.allocate();
     const int32_t b = pool.allocate();
@@ -379,8 +378,8 @@ TEST(KvPool, PublishIsIdempotentAndNeedsAPublishedParent) {
 
 // A block's epoch changes each time it is handed out, and only then: a holder of a block id it
 // does not reference compares epochs to know the block still holds what it saw.
-TEST(KvPool, EpochChangesWhenTheBlockIsHandedOutAgain) {
-    KvPool pool(small_geometry(), 2);
+TEST(BlockManager, EpochChangesWhenTheBlockIsHandedOutAgain) {
+    BlockManager pool(2, kBs);
     const std::vector<int32_t> toks = iota_tokens(4, 9);
     const int32_t a = pool.allocate();
     const uint32_t e = pool.epoch(a);
@@ -406,10 +405,10 @@ TEST(KvPool, EpochChangesWhenTheBlockIsHandedOutAgain) {
     pool.release(other);
 }
 
-TEST(KvPool, ClearCacheDropsOnlyUnreferencedBlocks) {
-    KvPool pool(small_geometry(), 6);
+TEST(BlockManager, ClearCacheDropsOnlyUnreferencedBlocks) {
+    BlockManager pool(6, kBs);
     const std::vector<int32_t> t1 = iota_tokens(8, 1), t2 = iota_tokens(8, 40);
-    SeqKv held(&pool), dropped(&pool);
+    SeqBlocks held(&pool), dropped(&pool);
     ASSERT_TRUE(held.reserve(8).is_ok());
     ASSERT_TRUE(dropped.reserve(8).is_ok());
     publish_chain(pool, held.blocks(), t1);
@@ -433,48 +432,6 @@ TEST(KvPool, ClearCacheDropsOnlyUnreferencedBlocks) {
     EXPECT_TRUE(match(pool, t1).empty());
 }
 
-TEST(KvPool, Geometry) {
-    const KvGeometry f16{2, 64, 16, KvType::kF16};
-    EXPECT_EQ(f16.row_bytes(), 128u);
-    EXPECT_EQ(f16.block_bytes(), 2u * 2 * 16 * 128);
-    const KvGeometry q8{2, 64, 16, KvType::kQ8_0};
-    EXPECT_EQ(q8.row_bytes(), 2u * 34);  // two blocks of 32: an F16 scale and 32 int8
-    EXPECT_EQ(q8.block_bytes(), 2u * 2 * 16 * 68);
-    EXPECT_EQ(std::string(kv_type_name(KvType::kQ8_0)), "q8_0");
-    EXPECT_EQ(std::string(kv_type_name(KvType::kF16)), "f16");
-    ASSERT_TRUE(parse_kv_type("q8_0").has_value());
-    EXPECT_EQ(*parse_kv_type("q8_0"), KvType::kQ8_0);
-    EXPECT_EQ(*parse_kv_type("f16"), KvType::kF16);
-    EXPECT_FALSE(parse_kv_type("q4_0").has_value());
-
-    // Rows of every block and layer are disjoint and inside the pool: write each one with its
-    // own byte and read them all back (ASan catches a row outside the storage).
-    for (const KvGeometry& g : {f16, q8, KvGeometry{3, 32, 5, KvType::kQ8_0}}) {
-        const int n_blocks = 3;
-        KvPool pool(g, n_blocks);
-        const size_t slab = g.block_size * g.row_bytes();
-        for (int b = 0; b < n_blocks; ++b) {
-            for (int il = 0; il < g.n_layer; ++il) {
-                EXPECT_EQ(pool.v_rows(b, il) - pool.k_rows(b, il), static_cast<ptrdiff_t>(slab));
-                std::memset(pool.k_rows(b, il), (b * g.n_layer + il) * 2, slab);
-                std::memset(pool.v_rows(b, il), (b * g.n_layer + il) * 2 + 1, slab);
-            }
-            if (b > 0) {
-                EXPECT_EQ(pool.k_rows(b, 0) - pool.k_rows(b - 1, 0),
-                          static_cast<ptrdiff_t>(g.block_bytes()));
-            }
-        }
-        for (int b = 0; b < n_blocks; ++b) {
-            for (int il = 0; il < g.n_layer; ++il) {
-                const uint8_t k = static_cast<uint8_t>((b * g.n_layer + il) * 2);
-                for (size_t i = 0; i < slab; ++i) {
-                    ASSERT_EQ(pool.k_rows(b, il)[i], k);
-                    ASSERT_EQ(pool.v_rows(b, il)[i], k + 1);
-                }
-            }
-        }
-    }
-}
 
 // Random operations on a small pool against a plain model of it:
 //   - who holds each block (sequences and extra pins), hence every reference count;
@@ -489,16 +446,16 @@ TEST(KvPool, Geometry) {
 // match; and at least every published chain that is still intact. Half the sequences chain
 // their publications as the engine does, through the block publish() answered (checked by
 // epoch, since they may not hold it).
-class KvPoolRandom : public ::testing::TestWithParam<std::tuple<int, int, uint32_t>> {};
+class BlockManagerRandom : public ::testing::TestWithParam<std::tuple<int, int, uint32_t>> {};
 
-TEST_P(KvPoolRandom, AgainstAReferenceModel) {
+TEST_P(BlockManagerRandom, AgainstAReferenceModel) {
     const auto [bs, n_blocks, seed] = GetParam();
-    KvPool pool(small_geometry(bs), n_blocks);
+    BlockManager pool(n_blocks, bs);
     std::mt19937 rng(seed);
     auto rnd = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
 
     struct Seq {
-        std::unique_ptr<SeqKv> kv;
+        std::unique_ptr<SeqBlocks> kv;
         std::vector<int32_t> tokens;  // tokens whose K/V are computed
         int n_published = 0;          // leading blocks offered to the cache (as the engine)
         bool caching = true;
@@ -555,7 +512,7 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
         pool.release(b);
         released(b);
     };
-    // SeqKv::clear releases the last block first.
+    // SeqBlocks::clear releases the last block first.
     auto clear_seq = [&](Seq& s) {
         const std::vector<int32_t> blocks = s.kv->blocks();
         s.kv->clear();
@@ -758,7 +715,7 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
             // A new sequence: match its prefix (or not), then compute the rest.
             seqs.emplace_back();
             Seq& s = seqs.back();
-            s.kv = std::make_unique<SeqKv>(&pool);
+            s.kv = std::make_unique<SeqBlocks>(&pool);
             s.caching = rnd(0, 4) > 0;
             s.through = rnd(0, 1) == 0;
             const std::vector<int32_t> tokens = random_tokens(rnd(1, max_len));
@@ -854,7 +811,7 @@ TEST_P(KvPoolRandom, AgainstAReferenceModel) {
     EXPECT_EQ(pool.allocate(), -1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, KvPoolRandom,
+INSTANTIATE_TEST_SUITE_P(Seeds, BlockManagerRandom,
                          ::testing::Values(std::make_tuple(4, 24, 1u), std::make_tuple(4, 12, 2u),
                                            std::make_tuple(1, 16, 3u), std::make_tuple(2, 40, 4u),
                                            std::make_tuple(8, 10, 5u), std::make_tuple(4, 6, 6u)));

@@ -1,4 +1,4 @@
-#include "engine/scripted_model.h"
+#include "testing/scripted_model.h"
 
 #include <nlohmann/json.hpp>
 
@@ -70,7 +70,7 @@ public:
     }
 
     // Engine thread only (uses the member scratch buffers).
-    Status forward(const Batch& batch, KvPool& kv, std::span<float> logits) override {
+    Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override {
         const KvGeometry& geo = kv.geometry();
         if (geo.row_bytes() < sizeof(int32_t)) return internal_error("scripted model: KV rows too small");
         size_t n_rows = 0;
@@ -101,7 +101,7 @@ public:
     }
 
 private:
-    uint8_t* row_at(const BatchSeq& s, KvPool& kv, int pos) const {
+    uint8_t* row_at(const BatchSeq& s, KvStorage& kv, int pos) const {
         const int bs = kv.geometry().block_size;
         return kv.k_rows(s.block_table[pos / bs], 0) +
                static_cast<size_t>(pos % bs) * kv.geometry().row_bytes();
@@ -109,7 +109,7 @@ private:
 
     // The new positions' tokens go into their K rows (blocks the sequence alone holds), where
     // later steps, other sequences sharing the prefix and recomputations read them back.
-    void write_tokens(const BatchSeq& s, const Batch& batch, KvPool& kv) const {
+    void write_tokens(const BatchSeq& s, const Batch& batch, KvStorage& kv) const {
         for (int i = 0; i < s.n_tokens; ++i) {
             const int32_t t = batch.tokens[s.i_begin + i];
             std::memcpy(row_at(s, kv, s.n_past + i), &t, sizeof t);
@@ -118,7 +118,7 @@ private:
 
     // Fills history_ with positions [0, n_past + n_tokens), and text_ with their pieces
     // (specials rendered), offsets_[p] the byte where position p's piece starts.
-    void read_history(const BatchSeq& s, KvPool& kv) {
+    void read_history(const BatchSeq& s, KvStorage& kv) {
         const int n = s.n_past + s.n_tokens;
         history_.resize(n);
         offsets_.resize(n + 1);

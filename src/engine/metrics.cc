@@ -1,0 +1,77 @@
+#include "engine/metrics.h"
+
+#include <cstdio>
+
+namespace ferrox {
+
+EngineStats EngineMetrics::snapshot() const {
+    EngineStats st;
+    st.n_running = n_running.load();
+    st.n_waiting = n_waiting.load();
+    st.kv_blocks_used = kv_used.load();
+    st.kv_blocks_total = kv_total.load();
+    st.kv_blocks_cached = kv_cached.load();
+    st.n_prompt_tokens = n_prompt_tokens.load();
+    st.n_generated_tokens = n_generated_tokens.load();
+    st.n_requests = n_requests.load();
+    st.prefix_lookups = prefix_lookups.load();
+    st.prefix_lookup_tokens = prefix_lookup_tokens.load();
+    st.prefix_hit_tokens = prefix_hit_tokens.load();
+    st.n_preemptions = n_preemptions.load();
+    st.spec_drafted = spec_drafted.load();
+    st.spec_accepted = spec_accepted.load();
+    st.has_draft_model = has_draft_model.load();
+    st.draft_model_rate = draft_rate.load(std::memory_order_relaxed);
+    st.draft_prefix_hit_tokens = draft_hit_tokens.load();
+    st.step_seconds = static_cast<double>(step_ns.load()) * 1e-9;
+    st.forward_seconds = static_cast<double>(forward_ns.load()) * 1e-9;
+    st.n_steps = n_steps.load();
+    return st;
+}
+
+std::string EngineMetrics::prometheus() const {
+    const EngineStats st = snapshot();
+    std::string out;
+    char buf[256];
+    auto metric = [&](const char* name, const char* type, const char* help, double v) {
+        std::snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+        out += buf;
+    };
+    auto counter = [&](const char* name, const char* help, uint64_t v) {
+        metric(name, "counter", help, static_cast<double>(v));
+    };
+    metric("ferrox_requests_running", "gauge", "Requests generating now.", st.n_running);
+    metric("ferrox_requests_waiting", "gauge", "Requests queued for a slot or KV room.", st.n_waiting);
+    metric("ferrox_kv_blocks_used", "gauge", "KV cache blocks referenced by sequences.", st.kv_blocks_used);
+    metric("ferrox_kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
+    metric("ferrox_kv_blocks_cached", "gauge", "KV cache blocks indexed by the prefix cache.", st.kv_blocks_cached);
+    counter("ferrox_requests_total", "Requests admitted to generation.", st.n_requests);
+    counter("ferrox_prompt_tokens_total", "Prompt tokens processed.", st.n_prompt_tokens);
+    counter("ferrox_generated_tokens_total", "Tokens generated.", st.n_generated_tokens);
+    counter("ferrox_prefix_cache_lookups_total", "Prefix cache lookups (one per admitted request).", st.prefix_lookups);
+    counter("ferrox_prefix_cache_lookup_tokens_total", "Prompt tokens of the prefix cache lookups.",
+            st.prefix_lookup_tokens);
+    counter("ferrox_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", st.prefix_hit_tokens);
+    counter("ferrox_preemptions_total", "Sequences preempted for KV room.", st.n_preemptions);
+    counter("ferrox_spec_draft_tokens_total", "Draft tokens verified by speculative decoding.", st.spec_drafted);
+    counter("ferrox_spec_accepted_tokens_total", "Draft tokens accepted (tokens without a step of their own).",
+            st.spec_accepted);
+    if (st.has_draft_model) {
+        metric("ferrox_spec_draft_model_acceptance", "gauge",
+               "The draft model's recent acceptance rate: where a new request's estimate starts.",
+               st.draft_model_rate);
+        counter("ferrox_spec_draft_prefix_hit_tokens_total",
+                "Tokens whose draft-model KV came from the draft pool's prefix cache.", st.draft_prefix_hit_tokens);
+    }
+    counter("ferrox_engine_steps_total", "Engine steps that ran a forward pass.", st.n_steps);
+    metric("ferrox_engine_step_seconds_total", "counter",
+           "Wall time of those steps: admission, batching, forward, sampling, detokenizing, events.",
+           st.step_seconds);
+    metric("ferrox_engine_forward_seconds_total", "counter", "Wall time of their forward passes alone.",
+           st.forward_seconds);
+    out += ttft.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
+    out += itl.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+    return out;
+}
+
+}  // namespace ferrox
