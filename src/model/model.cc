@@ -20,16 +20,19 @@
 
 namespace ferrox {
 
-extern const ArchTraits kArchLlama;
-extern const ArchTraits kArchMistral;
-extern const ArchTraits kArchQwen2;
-extern const ArchTraits kArchQwen3;
-extern const ArchTraits kArchGemma3;
-extern const ArchTraits kArchGemma2;
+#define FERROX_ARCH(traits) extern const ArchTraits traits;
+#include "model/archs.def"
+#undef FERROX_ARCH
 
 const ArchTraits* find_arch(const std::string& name) {
-    for (const ArchTraits* a :
-         {&kArchLlama, &kArchMistral, &kArchQwen2, &kArchQwen3, &kArchGemma3, &kArchGemma2}) {
+    // (A table rather than self-registering objects: the linker drops an object file of a
+    // static library that nothing references, initializers and all.)
+#define FERROX_ARCH(traits) &traits,
+    static const ArchTraits* const kArchs[] = {
+#include "model/archs.def"
+    };
+#undef FERROX_ARCH
+    for (const ArchTraits* a : kArchs) {
         if (name == a->name) return a;
     }
     return nullptr;

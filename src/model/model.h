@@ -167,8 +167,8 @@ private:
     std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
 };
 
-// Architecture files register their traits here (arch_llama.cc, arch_mistral.cc, arch_qwen2.cc,
-// arch_qwen3.cc, arch_gemma3.cc).
+// The traits of a decoder architecture by its general.architecture name (model/archs.def lists
+// them; each is defined in its arch_<name>.cc), or null.
 const ArchTraits* find_arch(const std::string& name);
 
 }  // namespace ferrox
