@@ -28,10 +28,8 @@ Status read_flag(const GgufFile& f, const char* key, bool& flag) {
     return Status::ok();
 }
 
-}  // namespace
-
-Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
-    VocabSpec spec;
+// The tokenizer model and its pre-tokenizer.
+Status read_kind(const GgufFile& f, VocabSpec& spec) {
     FERROX_ASSIGN_OR_RETURN(auto model, f.get_string("tokenizer.ggml.model"));
     if (!model) return f.error("no tokenizer.ggml.model");
     if (*model == "gpt2") {
@@ -52,6 +50,11 @@ Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
     }
     if (spec.kind != VocabKind::kBpe) spec.pre = "default";
 
+    return Status::ok();
+}
+
+// Tokens, scores, types and merges.
+Status read_tokens(const GgufFile& f, VocabSpec& spec) {
     FERROX_ASSIGN_OR_RETURN(auto tokens, f.get_string_array("tokenizer.ggml.tokens"));
     if (!tokens || tokens->empty()) return f.error("no tokenizer.ggml.tokens");
     spec.tokens = std::move(*tokens);
@@ -98,6 +101,12 @@ Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
         }
     }
 
+    return Status::ok();
+}
+
+// Special ids and flags: llama.cpp's defaults per model, then the file's keys.
+Status read_specials(const GgufFile& f, VocabSpec& spec) {
+    const size_t n = spec.tokens.size();
     // llama.cpp's defaults per model, dropped when outside the vocab.
     auto default_id = [n](int32_t id) { return id >= 0 && static_cast<size_t>(id) < n ? id : -1; };
     switch (spec.kind) {
@@ -151,7 +160,12 @@ Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
         return f.error("tokenizer.ggml.add_eos_token is true but there is no EOS token");
     }
 
-    // Phi-3 GGUFs don't carry HF's rstrip flags; llama.cpp sets them by model name.
+    return Status::ok();
+}
+
+// Phi-3 GGUFs don't carry HF's rstrip flags; llama.cpp sets them by model name.
+Status read_strip_flags(const GgufFile& f, VocabSpec& spec) {
+    const size_t n = spec.tokens.size();
     FERROX_ASSIGN_OR_RETURN(auto name, f.get_string("general.name"));
     std::string lname = name ? *name : "";
     std::transform(lname.begin(), lname.end(), lname.begin(),
@@ -169,6 +183,17 @@ Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
         }
     }
 
+    return Status::ok();
+}
+
+}  // namespace
+
+Expected<VocabSpec> vocab_from_gguf(const GgufFile& f) {
+    VocabSpec spec;
+    FERROX_RETURN_IF_ERROR(read_kind(f, spec));
+    FERROX_RETURN_IF_ERROR(read_tokens(f, spec));
+    FERROX_RETURN_IF_ERROR(read_specials(f, spec));
+    FERROX_RETURN_IF_ERROR(read_strip_flags(f, spec));
     Status st = vocab_validate(spec);
     if (!st) return f.error(st.message());
     return spec;

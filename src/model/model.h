@@ -1,6 +1,9 @@
 #pragma once
-// A decoder-only transformer of the llama family, loaded from GGUF, with a batched forward
-// pass: one call processes tokens of several sequences, each weight matrix read once per call.
+// The CPU backend's decoder: a llama-family transformer's weights (weights.h) placed for the
+// CPU's products, with a batched forward pass: one call processes tokens of several sequences,
+// each weight matrix read once per call. The class is spread over model.cc (load) and cpu/
+// (place.cc: weights in the arena; matmul.cc: products; attention.cc: attention over the KV
+// storage; forward.cc: the forward and the layers' blocks).
 //
 // Threading: forward() runs on the calling (engine) thread and uses the model's thread pool;
 // one forward at a time per Model.
@@ -19,44 +22,11 @@
 #include "model/hparams.h"
 #include "model/forward_model.h"
 #include "model/kv_storage.h"
+#include "model/weights.h"
 
 namespace ferrox {
 
 struct QuantKernels;
-
-enum class FfnActivation {
-    kSilu,      // SwiGLU: silu(gate) * up
-    kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma)
-};
-
-// What differs between architectures of the family; each architecture file fills one in.
-struct ArchTraits {
-    const char* name;
-    RopeOrdering rope_ordering;
-    bool qkv_bias;  // qwen2
-    bool qk_norm;   // qwen3, gemma3: RMSNorm over each head of Q and K before RoPE
-    // gemma3: RMSNorm (post_attention_norm, post_ffw_norm) of the attention and FFN outputs
-    // before each residual add.
-    bool post_norms = false;
-    FfnActivation ffn_act = FfnActivation::kSilu;
-    // The architecture's own metadata, read after the family's keys (null: none).
-    Status (*read_hparams)(const GgufFile& f, ModelHParams* hp) = nullptr;
-};
-
-struct LayerWeights {
-    const TensorView* wq;  // (n_embd -> q_dim)
-    const TensorView* wk;  // (n_embd -> kv_dim)
-    const TensorView* wv;  // (n_embd -> kv_dim)
-    const TensorView* wo;  // (q_dim -> n_embd)
-    const TensorView* w_gate;  // (n_embd -> n_ff)
-    const TensorView* w_up;    // (n_embd -> n_ff)
-    const TensorView* w_down;  // (n_ff -> n_embd)
-    std::vector<float> attn_norm;  // (n_embd)
-    std::vector<float> ffn_norm;   // (n_embd)
-    std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
-    std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
-    std::vector<float> post_attn_norm, post_ffn_norm;  // (n_embd); empty unless post_norms
-};
 
 struct ModelOptions {
     int n_threads = 0;      // 0: all cores
@@ -87,15 +57,16 @@ public:
     static Expected<std::unique_ptr<Model>> load(const GgufFile& file, const ModelOptions& opts);
     ~Model() override;
 
-    const ModelHParams& hparams() const { return hp_; }
-    const ArchTraits& traits() const { return traits_; }
-    int n_vocab() const override { return hp_.n_vocab; }
+    const ModelHParams& hparams() const { return w_.hp; }
+    const ArchTraits& traits() const { return w_.traits; }
+    const ModelWeights& weights() const { return w_; }
+    int n_vocab() const override { return w_.hp.n_vocab; }
     int n_threads() const { return pool_->n_threads(); }
     int max_ctx() const override { return opts_.max_ctx; }
-    int n_ctx_train() const override { return hp_.n_ctx_train; }
+    int n_ctx_train() const override { return w_.hp.n_ctx_train; }
     int max_batch_tokens() const override { return opts_.max_batch_tokens; }
     KvGeometry kv_geometry(int block_size, KvType type = KvType::kF16) const override {
-        return {hp_.n_layer, hp_.kv_dim(), block_size, type};
+        return {w_.hp.n_layer, w_.hp.kv_dim(), block_size, type};
     }
     Status check_kv_type(KvType type) const override;
 
@@ -141,7 +112,20 @@ private:
     using GemmPacked = void (*)(int64_t n, const void* w, int64_t n_rows, const void* a, int64_t a_row_bytes,
                                 int64_t n_cols, float* out, int64_t out_stride);
     GemmPacked packed_gemm(const QuantKernels& k) const;
-    void ffn_residual(const LayerWeights& L, int t0, int t1);
+    // The layer's blocks (cpu/forward.cc): input steps and output steps on token ranges (run
+    // fused in the parallel region between two blocks), bodies on the whole batch.
+    struct LayerJobs;
+    LayerJobs layer_jobs(const LayerWeights& L) const;
+    void attn_input(const LayerWeights& L, const LayerJobs& J, int n_tok, int t0, int t1);
+    void qkv_finish(const Batch& batch, KvStorage& kv, int il, int t0, int t1);
+    bool attn_body(const Batch& batch, KvStorage& kv, int il, const LayerJobs& J, int n_tok, bool kv_feed,
+                   bool feeding);
+    void attn_output(const LayerWeights& L, int t0, int t1);
+    void ffn_input(const LayerWeights& L, const LayerJobs& J, int n_tok, int t0, int t1);
+    void ffn_body(const LayerJobs& J, int n_tok, bool kv_feed);
+    int64_t ffn_feed_steps(const LayerJobs& J, int n_tok) const;
+    void dense_ffn(const LayerJobs& J, int n_tok, bool kv_feed);
+    void ffn_output(const LayerWeights& L, int t0, int t1);
     void plan_attention(const Batch& batch);
     bool plan_kv_prefetch(const Batch& batch, KvStorage& kv, int il, int64_t steps);
     int64_t feed_steps(const MatJob* jobs, int n_jobs, int n_tok) const;
@@ -150,14 +134,9 @@ private:
     void attention_q8_0(const Batch& batch, KvStorage& kv, int il);
     void place_weights(const GgufFile& f, bool repack, bool copy);
 
-    ModelHParams hp_;
-    ArchTraits traits_{};
+    // The file's weights; the matrices this model placed in its arena point there instead.
+    ModelWeights w_;
     ModelOptions opts_;
-    const TensorView* tok_embd_ = nullptr;  // (n_embd, n_vocab)
-    const TensorView* output_ = nullptr;    // (n_embd, n_vocab); == tok_embd_ when tied
-    std::vector<float> output_norm_;        // (n_embd)
-    std::vector<float> rope_freq_factors_;  // (n_rot/2) or empty
-    std::vector<LayerWeights> layers_;
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<Scratch> s_;
     struct FreeDeleter {
@@ -166,9 +145,5 @@ private:
     std::unique_ptr<uint8_t, FreeDeleter> packed_arena_;      // repacked (and copied) weights
     std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
 };
-
-// The traits of a decoder architecture by its general.architecture name (model/archs.def lists
-// them; each is defined in its arch_<name>.cc), or null.
-const ArchTraits* find_arch(const std::string& name);
 
 }  // namespace ferrox

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/attention_f16.h"
+#include "model/cpu/attention_f16.h"
 
 namespace ferrox::attn_x86 {
 

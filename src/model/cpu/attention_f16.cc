@@ -1,4 +1,4 @@
-#include "model/attention_f16.h"
+#include "model/cpu/attention_f16.h"
 
 #include <algorithm>
 #include <cmath>

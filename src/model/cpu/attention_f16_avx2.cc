@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "model/attention_f16.h"
-#include "model/attention_f16_decode_x86.h"
+#include "model/cpu/attention_f16.h"
+#include "model/cpu/attention_f16_decode_x86.h"
 
 namespace ferrox {
 
