@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/generate.h"
+#include "testing/generate.h"
 #include "engine/text_stream.h"
 
 namespace ferrox {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/test_kv.h"
-#include "engine/generate.h"
+#include "testing/generate.h"
 #include "loader/gguf.h"
 #include "model/model.h"
 

@@ -17,7 +17,7 @@
 
 #include "support/test_kv.h"
 #include "chat/jinja.h"
-#include "engine/generate.h"
+#include "testing/generate.h"
 #include "engine/prompt.h"
 #include "engine/tokenizer_gguf.h"
 #include "kernels/quants.h"

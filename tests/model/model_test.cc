@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/test_kv.h"
-#include "engine/generate.h"
+#include "testing/generate.h"
 #include "kernels/quants.h"
 #include "kernels/test_util.h"
 #include "loader/gguf.h"

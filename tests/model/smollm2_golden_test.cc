@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/test_kv.h"
-#include "engine/generate.h"
+#include "testing/generate.h"
 #include "engine/tokenizer_gguf.h"
 #include "kernels/quants.h"
 #include "loader/gguf.h"

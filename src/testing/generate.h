@@ -1,7 +1,7 @@
 #pragma once
-// One sequence from prompt to end: chunked prefill, then decode with a sampler, until
-// n_predict tokens, an end-of-generation token, or the callback says stop. The building block
-// of `ferrox run`; the server's scheduler batches many of these.
+// One sequence straight through a model, for the golden tests: chunked prefill, then decode
+// with a sampler, until n_predict tokens, an end-of-generation token, or the callback says
+// stop; and a prompt's last logits. (`ferrox run` and the server go through the engine.)
 //
 // Threading: runs on the calling thread (which drives the model's thread pool).
 
