@@ -52,13 +52,14 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
     metrics_.kv_total.store(static_cast<int>(n_blocks));
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerConfig{opts_.n_parallel, opts_.max_batch_tokens, opts_.prefix_cache}, *blocks_, metrics_);
-    post_ = std::make_unique<Postprocessor>(*model_->tokenizer, m, metrics_, [this] { scheduler_->update_gauges(); });
+    post_ = std::make_unique<Postprocessor>(*model_->tokenizer, m, metrics_, clock_,
+                                            [this] { scheduler_->update_gauges(); });
     const SpecConfig sc{opts_.draft_max, opts_.spec_unpriced};
     if (draft) {
         const DraftModelConfig dc{opts_.block_size, static_cast<int>(n_blocks), opts_.max_batch_tokens,
                                   opts_.n_parallel, opts_.kv_type, opts_.prefix_cache};
         FERROX_ASSIGN_OR_RETURN(std::unique_ptr<DraftModelProposer> p,
-                                DraftModelProposer::create(std::move(draft), *model_, dc, metrics_));
+                                DraftModelProposer::create(std::move(draft), *model_, dc, metrics_, clock_));
         draft_ = p.get();
         spec_ = std::make_unique<Speculation>(sc, std::move(p), *blocks_, metrics_);
     } else if (opts_.spec_ngram > 0) {
@@ -73,6 +74,7 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
 
 const LoadedModel* EngineCore::draft_model() const { return draft_ ? &draft_->model() : nullptr; }
 size_t EngineCore::draft_kv_bytes() const { return draft_ ? draft_->kv_bytes() : 0; }
+const BlockManager* EngineCore::draft_blocks() const { return draft_ ? &draft_->blocks() : nullptr; }
 
 Expected<std::unique_ptr<Sequence>> EngineCore::make_sequence(std::vector<int32_t> prompt, GenerationParams params,
                                                               EventSink sink) {
@@ -98,7 +100,7 @@ Expected<std::unique_ptr<Sequence>> EngineCore::make_sequence(std::vector<int32_
     s->max_total = std::min(params.max_tokens > 0 ? n_prompt + params.max_tokens : ceiling_, ceiling_);
     s->params = std::move(params);
     s->sink = std::move(sink);
-    s->t_submit = Sequence::Clock::now();
+    s->t_submit = clock_();
     return s;
 }
 
@@ -117,9 +119,9 @@ Expected<std::shared_ptr<RequestHandle>> EngineCore::submit(std::vector<int32_t>
 // The forward pass over the step's plan; its time prices draft tokens (decode-sized steps:
 // Speculation's StepCost) and goes to the metrics.
 Status EngineCore::forward() {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = clock_();
     const Status st = model_->forward_model().forward(plan_.batch, *storage_, logits_);
-    const auto dt = std::chrono::steady_clock::now() - t0;
+    const auto dt = clock_() - t0;
     if (st.is_ok() && spec_) spec_->observe_step(plan_.n_tokens(), std::chrono::duration<double>(dt).count());
     EngineMetrics::add<uint64_t>(metrics_.forward_ns,
                                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count()));
@@ -127,7 +129,7 @@ Status EngineCore::forward() {
 }
 
 bool EngineCore::step() {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = clock_();
     for (Scheduler::Ended& e : scheduler_->take_ended(t0)) post_->finish(*e.seq, e.why);
     if (!scheduler_->schedule(&plan_)) {
         scheduler_->update_gauges();  // the last sequences were cancelled: the engine now idles
@@ -142,7 +144,7 @@ bool EngineCore::step() {
     post_->process(plan_, st, logits_, spec_.get(), *scheduler_);
     if (spec_) spec_->after_step(plan_);
     scheduler_->update();
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_() - t0);
     EngineMetrics::add<uint64_t>(metrics_.step_ns, static_cast<uint64_t>(ns.count()));
     EngineMetrics::add<uint64_t>(metrics_.n_steps, 1);
     return true;

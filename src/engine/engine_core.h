@@ -11,6 +11,7 @@
 // Threading: one thread at a time calls everything but make_sequence() (any thread).
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,11 @@ public:
     }
     // Ends every request (kCancelled).
     void cancel_all();
+    // The clock behind request time limits, latencies and the timed forward passes whose costs
+    // price the drafts: steady_clock unless set. Tests set a fake one that their fake models
+    // advance by a modeled cost, so that pricing and time limits do not depend on the machine's
+    // speed. Set it before the first request (make_sequence reads it on any thread).
+    void set_clock(EngineClock clock) { clock_ = std::move(clock); }
 
     int context_ceiling() const { return ceiling_; }
     const EngineOptions& options() const { return opts_; }
@@ -89,6 +95,8 @@ public:
     EngineMetrics& metrics() { return metrics_; }
     const EngineMetrics& metrics() const { return metrics_; }
     const BlockManager& blocks() const { return *blocks_; }
+    // The draft model's pool (null without one).
+    const BlockManager* draft_blocks() const;
 
 private:
     EngineCore(std::shared_ptr<LoadedModel> model, const EngineOptions& opts);
@@ -99,6 +107,8 @@ private:
     EngineOptions opts_;
     int ceiling_ = 0;
     std::atomic<uint64_t> next_id_{1};
+    // (Before the parts that hold a reference to it.)
+    EngineClock clock_ = [] { return std::chrono::steady_clock::now(); };
     EngineMetrics metrics_;
     std::unique_ptr<BlockManager> blocks_;
     std::unique_ptr<KvStorage> storage_;

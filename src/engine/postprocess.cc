@@ -10,10 +10,11 @@
 namespace ferrox {
 
 Postprocessor::Postprocessor(const Tokenizer& tokenizer, ForwardModel& model, EngineMetrics& metrics,
-                             std::function<void()> on_blocks_freed)
+                             const EngineClock& clock, std::function<void()> on_blocks_freed)
     : tok_(tokenizer),
       model_(model),
       metrics_(metrics),
+      clock_(clock),
       on_blocks_freed_(std::move(on_blocks_freed)),
       n_vocab_(model.n_vocab()) {}
 
@@ -222,7 +223,7 @@ TokenLogprob Postprocessor::logprob(const Sequence& s, int32_t token, const floa
 
 // Emits the token drawn from `logits` (the sequence's row) and decides whether the sequence ends.
 void Postprocessor::emit_token(Sequence& s, int32_t token, const float* logits) {
-    const auto now = Sequence::Clock::now();
+    const auto now = clock_();
     if (s.n_generated == 0) {
         metrics_.ttft.observe(std::chrono::duration<double>(now - s.t_submit).count());
     } else {

@@ -33,9 +33,10 @@ class Speculation;
 
 class Postprocessor {
 public:
-    // on_blocks_freed: called when a finished sequence gave its blocks back, before its kDone
-    // (the gauges, so that a client that sees the end also sees them free).
-    Postprocessor(const Tokenizer& tokenizer, ForwardModel& model, EngineMetrics& metrics,
+    // clock: the engine's (the latency histograms). on_blocks_freed: called when a finished
+    // sequence gave its blocks back, before its kDone (the gauges, so that a client that sees
+    // the end also sees them free).
+    Postprocessor(const Tokenizer& tokenizer, ForwardModel& model, EngineMetrics& metrics, const EngineClock& clock,
                   std::function<void()> on_blocks_freed);
     ~Postprocessor();
     Postprocessor(const Postprocessor&) = delete;
@@ -71,6 +72,7 @@ private:
     const Tokenizer& tok_;
     ForwardModel& model_;
     EngineMetrics& metrics_;
+    const EngineClock& clock_;
     std::function<void()> on_blocks_freed_;
     const int n_vocab_;
 

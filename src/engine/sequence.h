@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct SeqSpec {
         d_chain.reset();
     }
 };
+
+// Where the engine reads the time: steady_clock, or a test's fake clock (EngineCore::set_clock).
+using EngineClock = std::function<std::chrono::steady_clock::time_point()>;
 
 struct Sequence {
     using Clock = std::chrono::steady_clock;

@@ -1,33 +1,43 @@
-// The scheduler on a fake model: thousands of random request mixes (shared prefixes, multi-turn
-// continuations, duplicates, stop strings, EOS, cancellations) over small KV pools, so that the
-// prefix cache and preemption run all the time. Every request that ends by stop or length gets
-// exactly what the fake gives its prompt alone, every request gets one kDone, none starves, and
-// every KV block comes back.
+// The scheduler's policy on a fake model, without a thread, a sleep or the wall clock: every test
+// drives an EngineCore itself, submitting requests between the steps it calls, so where a
+// request is (waiting, prefilling, decoding) when it arrives or is cancelled is chosen, not
+// raced. Thousands of random request mixes (shared prefixes, multi-turn continuations,
+// duplicates, stop strings, EOS, cancellations, arrivals between steps) run over small KV pools,
+// so that the prefix cache and preemption run all the time. Every request that ends by stop or
+// length gets exactly what the fake gives its prompt alone, every request gets one kDone, none
+// starves (each round of requests ends within a bound of steps), and every KV block comes back
+// (the block managers hold none, the gauges say 0, and at each kDone the gauge already counts
+// the request's blocks as free).
 //
 // The fake makes wrong KV sharing visible: forward() writes each position's token, position
 // and a hash of the whole history up to it into that position's K row, checks every earlier
 // row of the sequence (read through its block table) against the same chain, and derives the
 // next token from the history read back from the KV rows. A block of another history, a stale
-// block or a row written twice changes the output or fails the forward.
+// block or a row written twice changes the output or fails the forward; a block being written
+// must be the writer's alone and unpublished (checked in the block manager of the pool it
+// writes: the target's, or the draft model's).
+//
+// Time is a fake clock (EngineCore::set_clock) that each fake forward advances by its modeled
+// cost (set_step_time), so the step costs that price draft tokens, and request time limits, are
+// the same on every machine, idle or loaded.
+//
+// Engine, the core on its own thread, has its own tests (engine_thread_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -59,9 +69,13 @@ struct Row {
     uint64_t hash;  // of the history up to and including this position
 };
 
+// The time the engine reads (EngineCore::set_clock): it moves only when a fake computes.
+struct FakeClock {
+    std::chrono::steady_clock::time_point now{};
+};
+
 // The forwards of several fakes in the order they ran: (the fake's tag, its batch's tokens).
 struct ForwardLog {
-    std::mutex mu;
     std::vector<std::pair<char, int>> runs;
 };
 
@@ -84,70 +98,39 @@ class FakeModel final : public ForwardModel {
     Status check_kv_type(KvType) const override { return Status::ok(); }
 
     Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override {
-        if (const int us = step_us_.load(); us > 0) {
-            std::this_thread::sleep_for(std::chrono::microseconds(
-                us + token_us_.load() * static_cast<int>(batch.tokens.size())));
+        ++n_forward_;
+        if (clock_) {
+            clock_->now += std::chrono::microseconds(
+                step_us_ + token_us_ * static_cast<int64_t>(batch.tokens.size()));
         }
-        {
-            std::unique_lock<std::mutex> lk(mu_);
-            ++n_forward_;
-            cv_.notify_all();
-            cv_.wait(lk, [&] { return hold_from_ < 0 || n_forward_ < hold_from_; });
-        }
-        if (log_) {
-            std::lock_guard<std::mutex> lk(log_->mu);
-            log_->runs.emplace_back(log_tag_, static_cast<int>(batch.tokens.size()));
-        }
+        if (log_) log_->runs.emplace_back(log_tag_, static_cast<int>(batch.tokens.size()));
         Status st = run(batch, kv, logits);
-        if (!st.is_ok()) {
-            std::lock_guard<std::mutex> lk(mu_);
-            if (error_.empty()) error_ = st.message();
-        }
+        if (!st.is_ok() && error_.empty()) error_ = st.message();
         return st;
     }
 
-    // Test thread: stop forward() at its start until release() (from the n-th forward on, for
-    // hold_from); wait for the n-th forward to start.
-    void hold() { hold_from(0); }
-    void hold_from(int n) {
-        std::lock_guard<std::mutex> lk(mu_);
-        hold_from_ = n;
-        cv_.notify_all();
-    }
-    void release() {
-        std::lock_guard<std::mutex> lk(mu_);
-        hold_from_ = -1;
-        cv_.notify_all();
-    }
-    bool wait_forwards(int n) {
-        std::unique_lock<std::mutex> lk(mu_);
-        return cv_.wait_for(lk, std::chrono::seconds(10), [&] { return n_forward_ >= n; });
-    }
-    int n_forward() {
-        std::lock_guard<std::mutex> lk(mu_);
-        return n_forward_;
-    }
-    std::string error() {
-        std::lock_guard<std::mutex> lk(mu_);
-        return error_;
-    }
-    int max_seqs_per_batch() const { return max_seqs_.load(); }
-    // Steps that take time, as a model's do: us plus per_token for each batch token.
+    int n_forward() const { return n_forward_; }
+    const std::string& error() const { return error_; }
+    int max_seqs_per_batch() const { return max_seqs_; }
+    // What a step costs on the fake clock, as a model's steps do: us plus per_token_us for
+    // each batch token (by default 2 ms plus 50 us a token: a small model's shape, where a
+    // draft token is nearly free while few sequences run).
     void set_step_time(int us, int per_token_us) {
         step_us_ = us;
         token_us_ = per_token_us;
     }
     void set_wrong_one_in(int n) { wrong_one_in_ = n; }
     void set_ctx_train(int n) { ctx_train_ = n; }  // before the engine is made
-    void set_log(std::shared_ptr<ForwardLog> log, char tag) {  // before the engine is made
+    void set_log(std::shared_ptr<ForwardLog> log, char tag) {
         log_ = std::move(log);
         log_tag_ = tag;
     }
     // The histories (hashes) this model produced logits after.
-    std::unordered_set<uint64_t> histories() {
-        std::lock_guard<std::mutex> lk(mu_);
-        return histories_;
-    }
+    const std::unordered_set<uint64_t>& histories() const { return histories_; }
+    // The clock each forward advances (make_core), and the block manager of the pool this fake
+    // writes (a block being written must be private to the writer and unpublished).
+    void set_clock(FakeClock* c) { clock_ = c; }
+    void set_blocks(const BlockManager* b) { blocks_ = b; }
 
   private:
     Status run(const Batch& batch, KvStorage& kv, std::span<float> logits) {
@@ -186,12 +169,11 @@ class FakeModel final : public ForwardModel {
                 const int p = s.n_past + i;
                 const int32_t b = s.block_table[p / bs];
                 // A block being written belongs to this sequence alone and is not in the cache.
-                const BlockManager* bm = blocks_;
-                if (bm && (bm->ref_count(b) != 1 || bm->published(b))) {
+                if (blocks_ && (blocks_->ref_count(b) != 1 || blocks_->published(b))) {
                     return internal_error("fake: writes position " + std::to_string(p) +
                                           " into block " + std::to_string(b) + " (refs " +
-                                          std::to_string(bm->ref_count(b)) +
-                                          (bm->published(b) ? ", published)" : ")"));
+                                          std::to_string(blocks_->ref_count(b)) +
+                                          (blocks_->published(b) ? ", published)" : ")"));
                 }
                 // (A speculating sequence's draft entries write its own blocks: the owner is
                 // the block table, which entries of one sequence share.)
@@ -217,41 +199,31 @@ class FakeModel final : public ForwardModel {
                 }
                 float* row = logits.data() + static_cast<size_t>(n_logits++) * n_vocab_;
                 std::fill(row, row + n_vocab_, 0.0f);
-                {
-                    std::lock_guard<std::mutex> lk(mu_);
-                    histories_.insert(h);
-                }
+                histories_.insert(h);
                 int32_t t = next_token(h);
-                const int wrong = wrong_one_in_.load();
-                if (wrong > 0 && mix(h, -3) % wrong == 0) t = 1 + t % (kVocab - 1);
+                if (wrong_one_in_ > 0 && mix(h, -3) % wrong_one_in_ == 0) t = 1 + t % (kVocab - 1);
                 row[t % n_vocab_] = 1.0f;
             }
         }
         if (n_tok != static_cast<int>(batch.tokens.size()))
             return internal_error("fake: token count");
-        max_seqs_.store(std::max(max_seqs_.load(), static_cast<int>(batch.seqs.size())));
+        max_seqs_ = std::max(max_seqs_, static_cast<int>(batch.seqs.size()));
         return Status::ok();
     }
 
-    std::atomic<int> wrong_one_in_;
+    int wrong_one_in_;
     const int n_vocab_;
     int ctx_train_ = 8192;
-    std::atomic<int> step_us_{0}, token_us_{0};
-    std::mutex mu_;
-    std::condition_variable cv_;
-    int hold_from_ = -1;  // forwards from this one on wait for release(); -1: none
+    int step_us_ = 2000, token_us_ = 50;
+    FakeClock* clock_ = nullptr;
+    const BlockManager* blocks_ = nullptr;
     int n_forward_ = 0;
     std::string error_;
     std::unordered_set<uint64_t> histories_;
-    std::atomic<int> max_seqs_{0};
+    int max_seqs_ = 0;
     std::shared_ptr<ForwardLog> log_;
     char log_tag_ = 0;
     std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
-    const BlockManager* blocks_ = nullptr;  // the engine's, when the test gives it
-
-  public:
-    // The block manager of the pool this fake writes (its blocks must be private to the writer).
-    void set_blocks(const BlockManager* b) { blocks_ = b; }
 };
 
 // Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).
@@ -281,12 +253,25 @@ FakeModel& fake_of(const std::shared_ptr<LoadedModel>& m) {
     return static_cast<FakeModel&>(*m->stand_in);
 }
 
-// Releases a held fake when a test leaves early, before the engine (declared earlier) joins its
-// thread, which may be waiting inside forward().
-struct ReleaseOnExit {
-    FakeModel& fake;
-    ~ReleaseOnExit() { fake.release(); }
-};
+// A core over the fakes, on the fake clock their forwards advance, each fake checking its writes
+// against its pool's block manager. `clock` must outlive the core.
+std::unique_ptr<EngineCore> make_core(std::shared_ptr<LoadedModel> m, const EngineOptions& eo,
+                                      std::shared_ptr<LoadedModel> draft, FakeClock& clock) {
+    FakeModel& target = fake_of(m);
+    FakeModel* d = draft ? &fake_of(draft) : nullptr;
+    auto e = EngineCore::create(std::move(m), eo, std::move(draft));
+    EXPECT_TRUE(e.has_value()) << e.status().message();
+    if (!e) return nullptr;
+    std::unique_ptr<EngineCore> core = std::move(*e);
+    core->set_clock([&clock] { return clock.now; });
+    target.set_clock(&clock);
+    target.set_blocks(&core->blocks());
+    if (d) {
+        d->set_clock(&clock);
+        d->set_blocks(core->draft_blocks());
+    }
+    return core;
+}
 
 // What greedy decoding of the fake gives `prompt` alone.
 struct Expect {
@@ -329,7 +314,7 @@ GenerationParams greedy(int max_tokens) {
     return p;
 }
 
-// Every request's events, gathered under one lock.
+// Every request's events (the sinks run inside step(), on the test's thread).
 struct Tracker {
     struct Req {
         std::vector<int32_t> prompt;
@@ -340,25 +325,27 @@ struct Tracker {
         std::shared_ptr<RequestHandle> handle;
         std::string text;
         std::vector<int32_t> lp_tokens;
-        int n_text = 0, n_done = 0, n_after_done = 0;
+        int n_text = 0, n_progress = 0, n_done = 0, n_after_done = 0;
         uint64_t i_done = 0,
                  i_first_text = 0;  // order of the kDone and first kText among all events
+        int gauge_at_done = -1, used_at_done = -1;  // kv_used gauge and blocks in use at kDone
         EngineEvent done;
+
+        bool waiting() const { return n_progress == 0 && n_text == 0 && n_done == 0; }
+        bool prefilling() const { return n_progress > 0 && n_text == 0 && n_done == 0; }
+        bool decoding() const { return n_text > 0 && n_done == 0; }
     };
-    std::mutex mu;
-    std::condition_variable cv;
     std::vector<std::unique_ptr<Req>> reqs;
     int n_done = 0;
     uint64_t n_events = 0;
+    const EngineCore* core = nullptr;  // when set: the kv gauge is read at each kDone
 
     Req& add() {
-        std::lock_guard<std::mutex> lk(mu);
         reqs.push_back(std::make_unique<Req>());
         return *reqs.back();
     }
     EventSink sink(Req& r) {
         return [this, &r](EngineEvent&& ev) {
-            std::lock_guard<std::mutex> lk(mu);
             ++n_events;
             if (r.n_done > 0) ++r.n_after_done;
             if (ev.kind == EngineEvent::Kind::kText) {
@@ -369,38 +356,51 @@ struct Tracker {
                     r.cancel_asked = true;
                     r.handle->cancel();
                 }
-            } else if (ev.kind == EngineEvent::Kind::kDone) {
+            } else if (ev.kind == EngineEvent::Kind::kProgress) {
+                ++r.n_progress;
+            } else {
                 ++r.n_done;
                 ++n_done;
                 r.i_done = n_events;
                 r.done = std::move(ev);
-                cv.notify_all();
+                if (core) {
+                    r.gauge_at_done = core->metrics().kv_used.load();
+                    r.used_at_done = core->blocks().n_used();
+                }
             }
         };
     }
-    // Waits until `n` requests are done; false on timeout.
-    bool wait_done(int n, int seconds) {
-        std::unique_lock<std::mutex> lk(mu);
-        return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return n_done >= n; });
-    }
 };
 
-std::unique_ptr<Engine> make_engine(std::shared_ptr<LoadedModel> m, const EngineOptions& eo,
-                                    std::shared_ptr<LoadedModel> draft = nullptr) {
-    auto e = Engine::create(std::move(m), eo, std::move(draft));
-    EXPECT_TRUE(e.has_value()) << e.status().message();
-    return e ? std::move(*e) : nullptr;
+// Adds a request to tr and submits it; its handle is null when the core refused it.
+Tracker::Req& submit(Tracker& tr, EngineCore& core, const std::vector<int32_t>& prompt,
+                     const GenerationParams& p) {
+    Tracker::Req& r = tr.add();
+    r.prompt = prompt;
+    r.params = p;
+    auto h = core.submit(prompt, p, tr.sink(r));
+    EXPECT_TRUE(h.has_value()) << h.status().message();
+    if (h) r.handle = *h;
+    return r;
 }
 
-// Polls until the engine reports nothing running or waiting (the gauges are updated at the end
-// of a step, after the last kDone).
-bool wait_idle(Engine& e) {
-    for (int i = 0; i < 2000; ++i) {
-        const Engine::Stats st = e.stats();
-        if (st.n_running == 0 && st.n_waiting == 0) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// Steps until no request is left, at most max_steps; false if some are still there (starved).
+bool run_idle(EngineCore& core, int max_steps = 100000) {
+    for (int i = 0; i < max_steps && core.has_work(); ++i) core.step();
+    return !core.has_work();
+}
+
+// An idle core: no request, no block in use in either pool, and gauges that say so.
+void expect_idle(const EngineCore& core, const std::string& what = "") {
+    EXPECT_FALSE(core.has_work()) << what;
+    EXPECT_EQ(core.blocks().n_used(), 0) << what;
+    if (const BlockManager* d = core.draft_blocks()) {
+        EXPECT_EQ(d->n_used(), 0) << what << " (draft)";
     }
-    return false;
+    const EngineMetrics& m = core.metrics();
+    EXPECT_EQ(m.n_running.load(), 0) << what;
+    EXPECT_EQ(m.n_waiting.load(), 0) << what;
+    EXPECT_EQ(m.kv_used.load(), 0) << what;
 }
 
 // ---- Random request mixes ----
@@ -440,15 +440,16 @@ class SchedulerMix : public ::testing::TestWithParam<MixConfig> {};
 
 TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) {
     const MixConfig& cfg = GetParam();
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     auto draft = cfg.draft > 0 ? make_fake_model(cfg.draft) : nullptr;
-    Tracker tr;  // outlives the engine, whose shutdown still calls sinks
-    auto engine = make_engine(model, cfg.eo, draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    Tracker tr;
+    auto core = make_core(model, cfg.eo, draft, clock);
+    ASSERT_TRUE(core);
+    tr.core = core.get();
     const int bs = cfg.eo.block_size;
-    const int ceiling = engine->context_ceiling();
+    const int ceiling = core->context_ceiling();
     ASSERT_GT(ceiling, cfg.max_new + 2);
 
     // FERROX_SCHEDULER_STRESS=k runs k times as many requests, from another seed (a soak run;
@@ -465,15 +466,16 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     }
 
     std::vector<Tracker::Req*> history;  // earlier accepted requests, for continuations
-    int n_submitted = 0, n_accepted = 0, n_rejected = 0;
+    int n_submitted = 0, n_accepted = 0, n_rejected = 0, n_steps = 0, n_round_tokens = 0;
     int n_eos = 0, n_stop_string = 0, n_length = 0, n_cancelled = 0, n_hit_requests = 0;
     while (n_submitted < n_requests) {
         const int round = rnd(1, 3 * cfg.eo.n_parallel + 4);
         std::vector<Tracker::Req*> in_round;
-        // Half the rounds arrive at once (the engine is held inside a forward meanwhile): full
-        // batches, duplicates computed side by side, the pool overcommitted.
+        // Half the rounds arrive at once: full batches, duplicates computed side by side, the
+        // pool overcommitted. In the others a few steps run between arrivals, so requests join
+        // a running batch or a queue.
         const bool burst = chance(50);
-        if (burst) fake.hold_from(fake.n_forward() + 1);
+        int round_tokens = 0;  // what the round's requests may compute
         for (int k = 0; k < round && n_submitted < n_requests; ++k, ++n_submitted) {
             // The prompt.
             const int cap = std::min(cfg.max_prompt, ceiling - 1);
@@ -530,7 +532,7 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             }
             if (chance(6)) r.cancel_after = rnd(0, 6);
 
-            auto h = engine->submit(prompt, r.params, tr.sink(r));
+            auto h = core->submit(prompt, r.params, tr.sink(r));
             if (over) {
                 ASSERT_FALSE(h.has_value());
                 EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
@@ -542,37 +544,36 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             ASSERT_TRUE(h.has_value()) << h.status().message();
             ++n_accepted;
             in_round.push_back(&r);
-            {
-                std::lock_guard<std::mutex> lk(tr.mu);
-                r.handle = *h;
-                if (r.cancel_after == 0) {
-                    r.cancel_asked = true;
-                    r.handle->cancel();
-                }
+            round_tokens += max_total;
+            r.handle = *h;
+            if (r.cancel_after == 0) {
+                r.cancel_asked = true;
+                r.handle->cancel();
             }
-            // Random timing: some requests join a running batch, some a queue.
-            if (!burst && chance(20))
-                std::this_thread::sleep_for(std::chrono::microseconds(rnd(0, 300)));
+            if (!burst) {
+                for (int n = rnd(0, 2); n > 0; --n, ++n_steps) core->step();
+            }
             if (chance(5)) {
                 // Cancel an earlier request of this round, wherever it is by now.
                 Tracker::Req& c = *in_round[rnd(0, static_cast<int>(in_round.size()) - 1)];
-                std::lock_guard<std::mutex> lk(tr.mu);
                 c.cancel_asked = true;
                 c.handle->cancel();
             }
         }
-        if (burst) fake.release();
-        // Nobody starves: everything submitted ends.
-        ASSERT_TRUE(tr.wait_done(n_accepted, 60))
-            << cfg.name << ": " << n_accepted - tr.n_done << " requests never finished; waiting "
-            << engine->stats().n_waiting << ", running " << engine->stats().n_running
-            << "; fake: " << fake.error();
-        // Blocks go back before kDone: with every request done, none is referenced.
-        EXPECT_EQ(engine->stats().kv_blocks_used, 0) << cfg.name;
-        EXPECT_TRUE(wait_idle(*engine)) << cfg.name << ": running " << engine->stats().n_running
-                                        << ", waiting " << engine->stats().n_waiting;
+        // Nobody starves: every step computes a token of some request (a preempted one
+        // computes its tokens again), so the round ends within a few steps per token.
+        const int bound = 4 * round_tokens + 100;
+        int steps = 0;
+        for (; steps < bound && core->has_work(); ++steps) core->step();
+        n_steps += steps;
+        n_round_tokens += round_tokens;
+        ASSERT_FALSE(core->has_work())
+            << cfg.name << ": " << n_accepted - tr.n_done << " requests unfinished after " << bound
+            << " steps; waiting " << core->metrics().n_waiting.load() << ", running "
+            << core->metrics().n_running.load() << "; fake: " << fake.error();
+        ASSERT_EQ(tr.n_done, n_accepted) << cfg.name;
+        expect_idle(*core, cfg.name);
 
-        std::lock_guard<std::mutex> lk(tr.mu);
         for (Tracker::Req* rp : in_round) {
             const Tracker::Req& r = *rp;
             const EngineEvent& d = r.done;
@@ -581,6 +582,8 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
                          std::to_string(r.params.max_tokens));
             ASSERT_EQ(r.n_done, 1);
             EXPECT_EQ(r.n_after_done, 0);
+            // Blocks go back before kDone: the gauge a client reads then counts them free.
+            EXPECT_EQ(r.gauge_at_done, r.used_at_done);
             ASSERT_NE(d.finish, FinishReason::kError) << d.error.message();
             EXPECT_EQ(d.n_prompt, static_cast<int>(r.prompt.size()));
             EXPECT_EQ(d.n_cached % bs, 0);
@@ -623,7 +626,7 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
         history.insert(history.end(), in_round.begin(), in_round.end());
     }
     EXPECT_EQ(fake.error(), "");
-    const Engine::Stats st = engine->stats();
+    const EngineStats st = core->metrics().snapshot();
     if (draft) {
         // Every draft step read back its sequences' own histories from the draft pool.
         EXPECT_EQ(fake_of(draft).error(), "") << cfg.name;
@@ -632,8 +635,8 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
         // The draft model drafted from histories the target then verified (a draft model that
         // read a stale row continues a history the target never sees). Only drafts a
         // preemption discards before their verification go unseen.
-        const auto target_seen = fake.histories();
-        const auto draft_seen = fake_of(draft).histories();
+        const auto& target_seen = fake.histories();
+        const auto& draft_seen = fake_of(draft).histories();
         size_t unseen = 0;
         for (uint64_t h : draft_seen) unseen += target_seen.count(h) == 0;
         if (cfg.want_preemption == 0) {
@@ -642,7 +645,6 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
             EXPECT_LT(unseen * 10, draft_seen.size()) << cfg.name;
         }
     }
-    EXPECT_EQ(st.kv_blocks_used, 0);
     if (cfg.want_hits) {
         EXPECT_GT(st.prefix_hit_tokens, 0u) << cfg.name;
         EXPECT_GT(n_hit_requests, 0) << cfg.name;
@@ -658,19 +660,23 @@ TEST_P(SchedulerMix, EveryRequestGetsItsSoloGreedyOutputAndEveryBlockComesBack) 
     if (cfg.eo.n_parallel > 1) {
         EXPECT_GT(fake.max_seqs_per_batch(), 1) << cfg.name;
     }
-    // The mix reached every way a request ends.
+    // The mix reached every way a request ends, and verified drafts (the draft model's, or
+    // prompt lookup's, which the fake's hashed answers all but always reject).
     EXPECT_GT(n_eos, 0);
     EXPECT_GT(n_length, 0);
     EXPECT_GT(n_stop_string, 0);
     EXPECT_GT(n_cancelled, 0);
+    EXPECT_GT(st.spec_drafted, 0u);
     std::printf(
         "[ %s ] %d requests (%d rejected): %d eos, %d stop string, %d length, %d cancelled; "
-        "%d cache hits (%llu tokens), %llu preemptions, %d forwards, up to %d sequences a batch\n",
+        "%d cache hits (%llu tokens), %llu preemptions, %llu of %llu drafts accepted, %d steps "
+        "for up to %d tokens, %d forwards, up to %d sequences a batch\n",
         cfg.name, n_submitted, n_rejected, n_eos, n_stop_string, n_length, n_cancelled,
         n_hit_requests, static_cast<unsigned long long>(st.prefix_hit_tokens),
-        static_cast<unsigned long long>(st.n_preemptions), fake.n_forward(),
-        fake.max_seqs_per_batch());
-    engine->shutdown();
+        static_cast<unsigned long long>(st.n_preemptions),
+        static_cast<unsigned long long>(st.spec_accepted),
+        static_cast<unsigned long long>(st.spec_drafted), n_steps, n_round_tokens,
+        fake.n_forward(), fake.max_seqs_per_batch());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -706,26 +712,27 @@ INSTANTIATE_TEST_SUITE_P(
 // Issue #4 item 5: a request that can never fit is refused with the numbers; one that does not
 // fit now waits for room and then runs.
 TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(2, 64, 8, 64));  // 8 blocks of 8
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
-    EXPECT_EQ(engine->context_ceiling(), 64);
-    EXPECT_EQ(engine->kv_blocks(), 8);
+    auto core = make_core(model, options(2, 64, 8, 64), nullptr, clock);  // 8 blocks of 8
+    ASSERT_TRUE(core);
+    EXPECT_EQ(core->context_ceiling(), 64);
+    EXPECT_EQ(core->kv_blocks(), 8);
 
-    auto over = engine->submit(std::vector<int32_t>(60, 5), greedy(10), tr.sink(tr.add()));
+    auto over = core->submit(std::vector<int32_t>(60, 5), greedy(10), tr.sink(tr.add()));
     ASSERT_FALSE(over.has_value());
     EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
     const std::string msg = over.status().message();
     for (const char* n : {"60", "10", "64"}) EXPECT_NE(msg.find(n), std::string::npos) << msg;
     // max_tokens unset counts one token: a prompt of the whole context cannot get an answer.
-    auto full = engine->submit(std::vector<int32_t>(64, 5), greedy(-1), tr.sink(tr.add()));
+    auto full = core->submit(std::vector<int32_t>(64, 5), greedy(-1), tr.sink(tr.add()));
     ASSERT_FALSE(full.has_value());
     EXPECT_NE(full.status().message().find("64"), std::string::npos) << full.status().message();
-    EXPECT_FALSE(engine->submit({}, greedy(1), tr.sink(tr.add())).has_value());
-    EXPECT_FALSE(engine->submit({kVocab}, greedy(1), tr.sink(tr.add())).has_value());
+    EXPECT_FALSE(core->submit({}, greedy(1), tr.sink(tr.add())).has_value());
+    EXPECT_FALSE(core->submit({kVocab}, greedy(1), tr.sink(tr.add())).has_value());
+    EXPECT_EQ(core->metrics().n_waiting.load(), 0);
 
     // A takes 6 blocks at admission and grows to all 8; B (6 more) cannot join until A is done.
     std::vector<int32_t> pa, pb;
@@ -735,28 +742,23 @@ TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
     }
     GenerationParams p = greedy(20);
     p.ignore_eos = true;
-    fake.hold();
-    Tracker::Req& a = tr.add();
-    Tracker::Req& b = tr.add();
-    ASSERT_TRUE(engine->submit(pa, p, tr.sink(a)).has_value());
-    ASSERT_TRUE(fake.wait_forwards(1));  // A is running; the engine is inside its forward
-    ASSERT_TRUE(engine->submit(pb, p, tr.sink(b)).has_value());
-    Engine::Stats st = engine->stats();
-    EXPECT_EQ(st.n_running, 1);
-    EXPECT_EQ(st.n_waiting, 1);
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(2, 30));
-    std::lock_guard<std::mutex> lk(tr.mu);
+    Tracker::Req& a = submit(tr, *core, pa, p);
+    ASSERT_TRUE(core->step());  // A is admitted and computes its prompt
+    Tracker::Req& b = submit(tr, *core, pb, p);
+    ASSERT_TRUE(core->step());
+    EXPECT_EQ(core->metrics().n_running.load(), 1);
+    EXPECT_EQ(core->metrics().n_waiting.load(), 1);
+    EXPECT_TRUE(b.waiting());
+    ASSERT_TRUE(run_idle(*core));
     for (auto* r : {&a, &b}) {
-        const std::vector<int32_t>& prompt = r == &a ? pa : pb;
-        const Expect want = expect_alone(prompt, 60, {}, true);
+        const Expect want = expect_alone(r->prompt, 60, {}, true);
         EXPECT_EQ(r->done.finish, FinishReason::kLength);
         EXPECT_EQ(r->text, want.text);
         EXPECT_EQ(r->done.n_completion, 20);
     }
     EXPECT_GT(b.i_first_text, a.i_done) << "B ran before A was done";
-    EXPECT_EQ(engine->stats().n_preemptions, 0u);
-    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+    EXPECT_EQ(core->metrics().n_preemptions.load(), 0u);
+    expect_idle(*core);
     EXPECT_EQ(fake.error(), "");
 }
 
@@ -764,12 +766,13 @@ TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
 // recomputes (its full blocks from the cache) and still gives its solo answer.
 TEST(Scheduler, PreemptedSequenceContinuesExactly) {
     for (bool cache : {true, false}) {
+        SCOPED_TRACE(cache ? "prefix cache" : "no prefix cache");
+        FakeClock clock;
         auto model = make_fake_model();
         FakeModel& fake = fake_of(model);
         Tracker tr;
-        auto engine = make_engine(model, options(2, 64, 8, 64, cache));  // 8 blocks of 8
-        ASSERT_TRUE(engine);
-        ReleaseOnExit guard{fake};
+        auto core = make_core(model, options(2, 64, 8, 64, cache), nullptr, clock);  // 8 of 8
+        ASSERT_TRUE(core);
         GenerationParams p = greedy(40);
         p.ignore_eos = true;
         std::vector<std::vector<int32_t>> prompts(2);
@@ -777,25 +780,21 @@ TEST(Scheduler, PreemptedSequenceContinuesExactly) {
             prompts[0].push_back(1 + i);
             prompts[1].push_back(50 + i);
         }
-        fake.hold();  // both are admitted in the same step
-        std::vector<Tracker::Req*> rs;
-        for (const auto& pr : prompts) {
-            rs.push_back(&tr.add());
-            ASSERT_TRUE(engine->submit(pr, p, tr.sink(*rs.back())).has_value());
-        }
-        fake.release();
-        ASSERT_TRUE(tr.wait_done(2, 30));
-        std::lock_guard<std::mutex> lk(tr.mu);
+        std::vector<Tracker::Req*> rs;  // both are admitted in the same step
+        for (const auto& pr : prompts) rs.push_back(&submit(tr, *core, pr, p));
+        ASSERT_TRUE(core->step());
+        EXPECT_EQ(core->metrics().n_running.load(), 2);
+        ASSERT_TRUE(run_idle(*core));
         for (size_t i = 0; i < prompts.size(); ++i) {
             const Expect want = expect_alone(prompts[i], 60, {}, true);
             EXPECT_EQ(rs[i]->done.finish, FinishReason::kLength);
-            EXPECT_EQ(rs[i]->text, want.text) << "cache " << cache << ", request " << i;
+            EXPECT_EQ(rs[i]->text, want.text) << "request " << i;
             EXPECT_EQ(rs[i]->done.n_completion, 40);
         }
         // The newer one was preempted: the older ran straight through and ended first.
         EXPECT_LT(rs[0]->i_done, rs[1]->i_done);
-        EXPECT_GT(engine->stats().n_preemptions, 0u);
-        EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+        EXPECT_GT(core->metrics().n_preemptions.load(), 0u);
+        expect_idle(*core);
         EXPECT_EQ(fake.error(), "");
     }
 }
@@ -804,13 +803,13 @@ TEST(Scheduler, PreemptedSequenceContinuesExactly) {
 // target's may be up to 128 longer) drafts nothing for a sequence holding it, and goes on
 // drafting for the others in its batch (its failed steps once stopped every sequence's drafts).
 TEST(Scheduler, DraftModelSkipsOnlyTheSequenceWithAnIdItLacks) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     auto draft = make_fake_model(0, kVocab - 1);  // the target's answers, without id kVocab - 1
     Tracker tr;
-    auto engine = make_engine(model, options(2, 1024, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(2, 1024, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(60);
     p.ignore_eos = true;
     const std::vector<int32_t> pa = {5, 6, kVocab - 1, 7};
@@ -819,26 +818,20 @@ TEST(Scheduler, DraftModelSkipsOnlyTheSequenceWithAnIdItLacks) {
     const Expect wa = expect_alone(pa, 64, {}, true), wb = expect_alone(pb, 72, {}, true);
     // B holds no such id: it drafts.
     ASSERT_EQ(std::count(wb.tokens.begin(), wb.tokens.end(), kVocab - 1), 0);
-    fake.hold();  // both are admitted in the same step, and decode together
-    Tracker::Req& a = tr.add();
-    Tracker::Req& b = tr.add();
-    ASSERT_TRUE(engine->submit(pa, p, tr.sink(a)).has_value());
-    ASSERT_TRUE(engine->submit(pb, p, tr.sink(b)).has_value());
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(2, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        EXPECT_EQ(a.text, wa.text);
-        EXPECT_EQ(b.text, wb.text);
-    }
+    // Both are admitted in the same step, and decode together.
+    Tracker::Req& a = submit(tr, *core, pa, p);
+    Tracker::Req& b = submit(tr, *core, pb, p);
+    ASSERT_TRUE(run_idle(*core));
+    EXPECT_EQ(a.text, wa.text);
+    EXPECT_EQ(b.text, wb.text);
     EXPECT_EQ(fake.error(), "");
     EXPECT_EQ(fake_of(draft).error(), "");  // no step fed the draft model the id it lacks
-    const Engine::Stats st = engine->stats();
+    const EngineStats st = core->metrics().snapshot();
     // B drafted (the draft model answers as the target: every draft accepted), A did not.
     EXPECT_GE(st.spec_accepted, 40u);
     EXPECT_LE(st.spec_accepted, 60u);
     EXPECT_EQ(st.spec_accepted, st.spec_drafted);
-    EXPECT_EQ(st.kv_blocks_used, 0);
+    expect_idle(*core);
 }
 
 // A draft pool that runs out (the target's sequences share a cached prompt, the draft model's
@@ -847,104 +840,88 @@ TEST(Scheduler, DraftModelSkipsOnlyTheSequenceWithAnIdItLacks) {
 // until another finished).
 TEST(Scheduler, FullDraftPoolKeepsDrafting) {
     constexpr int kReply = 128;
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();
     Tracker tr;
     EngineOptions eo = options(4, 1024, 16, 64, true, KvType::kF16, true);
     eo.draft_max = 2;  // long replies: sequences grow past the pool's room while they draft
-    auto engine = make_engine(model, eo, draft);
-    ASSERT_TRUE(engine);  // 64 blocks of 16 in each pool
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, eo, draft, clock);
+    ASSERT_TRUE(core);  // 64 blocks of 16 in each pool
     GenerationParams p = greedy(kReply);
     p.ignore_eos = true;
     std::vector<int32_t> shared;
     for (int i = 0; i < 384; ++i) shared.push_back(1 + (i * 7) % (kVocab - 1));
-    Tracker::Req& first = tr.add();  // puts the 24 blocks of the shared prompt in the cache
-    ASSERT_TRUE(engine->submit(shared, p, tr.sink(first)).has_value());
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    const Engine::Stats before = engine->stats();
-    std::vector<std::vector<int32_t>> prompts;
+    submit(tr, *core, shared, p);  // puts the 24 blocks of the shared prompt in the cache
+    ASSERT_TRUE(run_idle(*core));
+    const EngineStats before = core->metrics().snapshot();
     std::vector<Tracker::Req*> rs;
-    const int n_forward = fake.n_forward();
-    fake.hold();
     for (int i = 0; i < 4; ++i) {
-        prompts.push_back(shared);
-        prompts.back().push_back(100 + i);
-        rs.push_back(&tr.add());
-        ASSERT_TRUE(engine->submit(prompts.back(), p, tr.sink(*rs.back())).has_value());
-        // The first starts alone (the engine waits inside its forward), the others together.
-        if (i == 0) {
-            ASSERT_TRUE(fake.wait_forwards(n_forward + 1));
-        }
+        std::vector<int32_t> prompt = shared;
+        prompt.push_back(100 + i);
+        rs.push_back(&submit(tr, *core, prompt, p));
+        if (i == 0) core->step();  // the first starts alone, the others together
     }
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(5, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        for (int i = 0; i < 4; ++i) {
-            EXPECT_EQ(rs[i]->text, expect_alone(prompts[i], 385 + kReply, {}, true).text) << i;
-        }
+    ASSERT_TRUE(run_idle(*core));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(rs[i]->text, expect_alone(rs[i]->prompt, 385 + kReply, {}, true).text) << i;
     }
     EXPECT_EQ(fake.error(), "");
     EXPECT_EQ(fake_of(draft).error(), "");
-    const Engine::Stats st = engine->stats();
+    const EngineStats st = core->metrics().snapshot();
     EXPECT_EQ(st.n_preemptions, 0u);  // the target's pool had room: only the draft pool ran out
     EXPECT_GT(st.prefix_hit_tokens, before.prefix_hit_tokens);
     // Of 4 x 128 tokens (at most 2 of each 3 from drafts), drafts gave ~200 (4 x 33 blocks do
     // not fit in 64; with the blocks kept by stalled sequences, 78).
     EXPECT_GT(st.spec_accepted - before.spec_accepted, 150u);
-    EXPECT_EQ(st.kv_blocks_used, 0);
+    expect_idle(*core);
 }
 
-// One request alone (the n_done + 1-th of tr), waited for until its last step has ended (kDone
-// comes inside it; the engine's counters are final after it), checked against its solo greedy
-// answer.
-void run_alone(Engine& engine, Tracker& tr, int n_done, const std::vector<int32_t>& prompt,
+// One request alone, run to its end, checked against its solo greedy answer.
+void run_alone(EngineCore& core, Tracker& tr, const std::vector<int32_t>& prompt,
                const GenerationParams& p) {
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine.submit(prompt, p, tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(n_done + 1, 30));
-    ASSERT_TRUE(wait_idle(engine));
-    std::lock_guard<std::mutex> lk(tr.mu);
+    Tracker::Req& r = submit(tr, core, prompt, p);
+    ASSERT_TRUE(run_idle(core));
+    ASSERT_EQ(r.n_done, 1);
     const int total = static_cast<int>(prompt.size()) + p.max_tokens;
     EXPECT_EQ(r.text, expect_alone(prompt, total, {}, true).text);
 }
 
 // The n_req-th request alone, its own 8-token prompt; speculative = false opts out of drafting.
-void answer_alone(Engine& engine, Tracker& tr, int& n_req, int max_tokens, bool speculative) {
+void answer_alone(EngineCore& core, Tracker& tr, int& n_req, int max_tokens, bool speculative) {
     GenerationParams p = greedy(max_tokens);
     p.ignore_eos = true;
     if (!speculative) p.draft_max = 0;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 8; ++i) prompt.push_back(1 + (n_req * 31 + i * 7) % (kVocab - 1));
-    run_alone(engine, tr, n_req++, prompt, p);
+    ++n_req;
+    run_alone(core, tr, prompt, p);
 }
 
 // A prompt is fed to the draft model chunk for chunk as the target computes it, so the sequence
 // drafts from its first decoding step (a draft KV that caught up only then took a step budget
 // of draft forward per decoding step, drafting nothing, for as many steps as the prompt took).
 TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();  // the target's answers: every draft accepted
     Tracker tr;
-    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(37);
     p.ignore_eos = true;
     p.draft_max = 8;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
-    run_alone(*engine, tr, 0, prompt, p);
+    run_alone(*core, tr, prompt, p);
     EXPECT_EQ(fake_of(draft).error(), "");
     // 5 prompt steps of 64, 64, 64, 64, 44 tokens (the last one gives the first token), then
     // 36 tokens at 1 + 8 a step: 4 steps. Catching up after the prompt took 4 more (and 8
     // fewer drafts were accepted).
     EXPECT_EQ(fake.n_forward(), 5 + 4);
-    const Engine::Stats st = engine->stats();
-    EXPECT_EQ(st.spec_accepted, 32u);
+    EXPECT_EQ(core->metrics().spec_accepted.load(), 32u);
 }
 
 // The draft model computes no more of a prompt in a step than the target does: a prompt found
@@ -952,6 +929,7 @@ TEST(Scheduler, DraftModelKeepsLevelThroughThePrompt) {
 // first request opted out of drafting) gets its first token without waiting for the draft
 // model to catch up on the whole prompt.
 TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();
@@ -959,26 +937,24 @@ TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
     fake.set_log(log, 't');
     fake_of(draft).set_log(log, 'd');
     Tracker tr;
-    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(8);
     p.ignore_eos = true;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
     GenerationParams no_drafts = p;
     no_drafts.draft_max = 0;
-    run_alone(*engine, tr, 0, prompt, no_drafts);
-    EXPECT_EQ(engine->stats().draft_prefix_hit_tokens, 0u);
-    size_t first_of_b = 0;
-    {
-        std::lock_guard<std::mutex> lk(log->mu);
-        first_of_b = log->runs.size();
-    }
+    run_alone(*core, tr, prompt, no_drafts);
+    EXPECT_EQ(core->metrics().draft_hit_tokens.load(), 0u);
+    const size_t first_of_b = log->runs.size();
     prompt.push_back(5);  // the 300 tokens again, 288 of them in whole cached blocks, and one more
-    run_alone(*engine, tr, 1, prompt, p);
+    submit(tr, *core, prompt, p);
+    ASSERT_TRUE(core->step());  // the second request's first step
+    EXPECT_EQ(tr.reqs.back()->n_text, 1);  // it gave the first token
+    ASSERT_TRUE(run_idle(*core));
+    EXPECT_EQ(tr.reqs.back()->text, expect_alone(prompt, 309, {}, true).text);
     EXPECT_EQ(fake_of(draft).error(), "");
-    std::lock_guard<std::mutex> lk(log->mu);
     // The second request's first step: draft forwards (if any), then the target's prompt step.
     size_t i = first_of_b;
     while (i < log->runs.size() && log->runs[i].first == 'd') ++i;
@@ -994,35 +970,33 @@ TEST(Scheduler, DraftModelCatchUpDoesNotDelayACachedPromptsFirstToken) {
 // tokens), not the whole prompt, and the request drafts from its first decoding step as the
 // first one did (without the draft cache it caught up on 288 tokens first, drafting nothing).
 TEST(Scheduler, DraftModelFindsAPromptInItsOwnPrefixCache) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();  // the target's answers: every draft accepted
     auto log = std::make_shared<ForwardLog>();
     fake_of(draft).set_log(log, 'd');
     Tracker tr;
-    auto engine = make_engine(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 2048, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(37);
     p.ignore_eos = true;
     p.draft_max = 8;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(1 + (i * 13) % (kVocab - 1));
     const auto draft_tokens = [&] {
-        std::lock_guard<std::mutex> lk(log->mu);
         int n = 0;
         for (const auto& r : log->runs) n += r.second;
         return n;
     };
-    run_alone(*engine, tr, 0, prompt, p);
-    const uint64_t accepted_a = engine->stats().spec_accepted;
+    run_alone(*core, tr, prompt, p);
+    const uint64_t accepted_a = core->metrics().spec_accepted.load();
     const int tokens_a = draft_tokens();
-    EXPECT_EQ(engine->stats().draft_prefix_hit_tokens, 0u);
+    EXPECT_EQ(core->metrics().draft_hit_tokens.load(), 0u);
     prompt.push_back(5);  // the 300 tokens again, 288 of them in whole cached blocks, and one more
-    run_alone(*engine, tr, 1, prompt, p);
+    run_alone(*core, tr, prompt, p);
     // Positions the fake draft model reads hold the sequence's own history (its error()).
     EXPECT_EQ(fake_of(draft).error(), "");
-    const Engine::Stats st = engine->stats();
+    const EngineStats st = core->metrics().snapshot();
     EXPECT_EQ(st.draft_prefix_hit_tokens, 288u);
     EXPECT_EQ(st.spec_accepted - accepted_a, accepted_a);
     // The first request's draft forwards took its 300 prompt tokens and its drafts; the
@@ -1035,51 +1009,42 @@ TEST(Scheduler, DraftModelFindsAPromptInItsOwnPrefixCache) {
 // fifth of the chunk (StepCost's floor for a size below the only one timed): no draft was
 // chosen, so no small step was ever timed, and the request never drafted.
 TEST(Scheduler, DraftModelPromptChunksDoNotPriceOutDrafts) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
-    fake.set_step_time(10000, 100);
+    fake_of(model).set_step_time(10000, 100);
     auto draft = make_fake_model();
     // A draft step of one token costs 1.5 ms (it pays: every draft is right, and at the prior
     // acceptance a draft step up to ~6 ms would); a 48-token prompt chunk 48.5 ms, a fifth of
-    // which is dearer than a draft token is worth. (At a fifth of these times a sleep that
-    // overran by a millisecond under a loaded CI priced the drafts out.)
+    // which is dearer than a draft token is worth.
     fake_of(draft).set_step_time(500, 1000);
     Tracker tr;
-    auto engine = make_engine(model, options(1, 2048, 16, 512), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 2048, 16, 512), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(40);
     p.ignore_eos = true;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 48; ++i) prompt.push_back(1 + (i * 17) % (kVocab - 1));
-    run_alone(*engine, tr, 0, prompt, p);
+    run_alone(*core, tr, prompt, p);
     EXPECT_EQ(fake_of(draft).error(), "");
-    EXPECT_GT(engine->stats().spec_accepted, 20u);
+    EXPECT_GT(core->metrics().spec_accepted.load(), 20u);
 }
 
 // A draft model trained on a shorter context than the target's drafts only within it.
 TEST(Scheduler, DraftModelDraftsWithinItsTrainedContext) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();
     fake_of(draft).set_ctx_train(64);  // its forward refuses positions from 64 on
     Tracker tr;
-    auto engine = make_engine(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(60);
     p.ignore_eos = true;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back(3 + i);
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, p, tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        EXPECT_EQ(r.text, expect_alone(prompt, 100, {}, true).text);
-    }
+    run_alone(*core, tr, prompt, p);
     EXPECT_EQ(fake_of(draft).error(), "");
-    const Engine::Stats st = engine->stats();
+    const EngineStats st = core->metrics().snapshot();
     EXPECT_GT(st.spec_accepted, 10u);  // it drafted up to position 63
     EXPECT_LT(st.spec_drafted, 24u);   // and no further
 }
@@ -1087,102 +1052,96 @@ TEST(Scheduler, DraftModelDraftsWithinItsTrainedContext) {
 // The engine-wide acceptance rate a new request starts from recovers after a bad stretch:
 // steps without a draft let it drift back to the prior (once below break-even, no request
 // drafted again, so no trial could show that the draft model did well again). Priced, with
-// steps that take time as a model's do.
+// steps that cost time as a model's do.
 TEST(Scheduler, DraftModelRateRecoversAfterABadStretch) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     auto draft = make_fake_model(1);  // first every draft token is wrong
-    fake.set_step_time(10000, 1000);
+    fake_of(model).set_step_time(10000, 1000);
     fake_of(draft).set_step_time(2000, 200);
     Tracker tr;
-    auto engine = make_engine(model, options(1, 1024, 16, 64), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(1, 1024, 16, 64), draft, clock);
+    ASSERT_TRUE(core);
     int n_req = 0;
-    const auto answer = [&](int max_tokens) { answer_alone(*engine, tr, n_req, max_tokens, true); };
-    // Four requests, or more while a loaded machine's slow steps priced the drafts out (a
-    // stretch with no draft says nothing of the rate).
-    for (int i = 0; i < 4 || (i < 16 && engine->stats().draft_model_rate >= 0.5); ++i) answer(12);
-    const Engine::Stats bad = engine->stats();
+    const auto answer = [&](int max_tokens) { answer_alone(*core, tr, n_req, max_tokens, true); };
+    for (int i = 0; i < 4; ++i) answer(12);
+    const EngineStats bad = core->metrics().snapshot();
     EXPECT_GT(bad.spec_drafted, 0u);
     EXPECT_EQ(bad.spec_accepted, 0u);
     EXPECT_LT(bad.draft_model_rate, 0.5);
     fake_of(draft).set_wrong_one_in(0);  // from now on every draft token is right
-    for (int i = 0; i < 8 && engine->stats().spec_accepted == 0; ++i) answer(40);
-    EXPECT_GT(engine->stats().spec_accepted, 0u) << "no request drafted after the bad stretch";
+    for (int i = 0; i < 8 && core->metrics().spec_accepted.load() == 0; ++i) answer(40);
+    EXPECT_GT(core->metrics().spec_accepted.load(), 0u) << "no request drafted after the bad stretch";
     EXPECT_EQ(fake_of(draft).error(), "");
 }
 
 // ... and a good rate outlasts requests that do not draft (they say nothing of it).
 TEST(Scheduler, DraftModelRateOutlastsRequestsThatDoNotDraft) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     auto draft = make_fake_model();  // always right
     Tracker tr;
-    auto engine = make_engine(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft);
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
-    EXPECT_DOUBLE_EQ(engine->stats().draft_model_rate, 0.6);  // the prior
+    auto core = make_core(model, options(1, 1024, 16, 64, true, KvType::kF16, true), draft, clock);
+    ASSERT_TRUE(core);
+    EXPECT_DOUBLE_EQ(core->metrics().snapshot().draft_model_rate, 0.6);  // the prior
     int n_req = 0;
     const auto answer = [&](int max_tokens, bool speculative) {
-        answer_alone(*engine, tr, n_req, max_tokens, speculative);
+        answer_alone(*core, tr, n_req, max_tokens, speculative);
     };
     answer(60, true);
-    const Engine::Stats good = engine->stats();
+    const EngineStats good = core->metrics().snapshot();
     EXPECT_GT(good.spec_accepted, 30u);
     EXPECT_GT(good.draft_model_rate, 0.9);
     answer(200, false);
-    const Engine::Stats after = engine->stats();
+    const EngineStats after = core->metrics().snapshot();
     EXPECT_EQ(after.spec_accepted, good.spec_accepted);
     EXPECT_DOUBLE_EQ(after.draft_model_rate, good.draft_model_rate);
-    EXPECT_NE(engine->prometheus().find("ferrox_spec_draft_model_acceptance"), std::string::npos);
+    EXPECT_NE(core->metrics().prometheus().find("ferrox_spec_draft_model_acceptance"), std::string::npos);
 }
 
 // cache_prompt = false: the request neither reuses cached blocks nor leaves its own behind.
 TEST(Scheduler, CachePromptFalseNeitherReusesNorPublishes) {
+    FakeClock clock;
     auto model = make_fake_model();
     Tracker tr;
-    auto engine = make_engine(model, options(2, 256, 4, 64));
-    ASSERT_TRUE(engine);
+    auto core = make_core(model, options(2, 256, 4, 64), nullptr, clock);
+    ASSERT_TRUE(core);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 30; ++i) prompt.push_back(40 + i);
     GenerationParams off = greedy(4), on = greedy(4);
     off.cache_prompt = false;
-    Tracker::Req& a = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, off, tr.sink(a)).has_value());
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    EXPECT_EQ(engine->stats().kv_blocks_cached, 0);
-    Tracker::Req& b = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, on, tr.sink(b)).has_value());
-    ASSERT_TRUE(tr.wait_done(2, 30));
-    Tracker::Req& c = tr.add();
-    ASSERT_TRUE(engine->submit(prompt, off, tr.sink(c)).has_value());
-    ASSERT_TRUE(tr.wait_done(3, 30));
-    std::lock_guard<std::mutex> lk(tr.mu);
+    Tracker::Req& a = submit(tr, *core, prompt, off);
+    ASSERT_TRUE(run_idle(*core));
+    EXPECT_EQ(core->blocks().n_cached(), 0);
+    EXPECT_EQ(core->metrics().kv_cached.load(), 0);
+    Tracker::Req& b = submit(tr, *core, prompt, on);
+    ASSERT_TRUE(run_idle(*core));
+    Tracker::Req& c = submit(tr, *core, prompt, off);
+    ASSERT_TRUE(run_idle(*core));
     EXPECT_EQ(a.done.n_cached, 0);
     EXPECT_EQ(b.done.n_cached, 0);  // nothing was left by a
     EXPECT_EQ(c.done.n_cached, 0);  // b's blocks are cached, but c does not look
-    EXPECT_GT(engine->stats().kv_blocks_cached, 0);
-    EXPECT_EQ(engine->stats().prefix_lookups, 1u);
+    EXPECT_GT(core->metrics().kv_cached.load(), 0);
+    EXPECT_EQ(core->metrics().prefix_lookups.load(), 1u);
     for (auto* r : {&a, &b, &c}) EXPECT_EQ(r->text, a.text);
+    expect_idle(*core);
 }
 
 // A prompt that repeats an earlier one reuses its full blocks (all but the block holding the
 // last two prompt tokens), and reports them as cached.
 TEST(Scheduler, WarmPromptReusesFullBlocks) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(4, 512, 8, 64));
-    ASSERT_TRUE(engine);
+    auto core = make_core(model, options(4, 512, 8, 64), nullptr, clock);
+    ASSERT_TRUE(core);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 35; ++i) prompt.push_back(1 + (i * 7) % 290);
     const Expect want = expect_alone(prompt, 35 + 10, {}, false);
     for (int turn = 0; turn < 3; ++turn) {
-        Tracker::Req& r = tr.add();
-        ASSERT_TRUE(engine->submit(prompt, greedy(10), tr.sink(r)).has_value());
-        ASSERT_TRUE(tr.wait_done(turn + 1, 30));
-        std::lock_guard<std::mutex> lk(tr.mu);
+        Tracker::Req& r = submit(tr, *core, prompt, greedy(10));
+        ASSERT_TRUE(run_idle(*core));
         EXPECT_EQ(r.text, want.text);
         EXPECT_EQ(r.done.n_cached, turn == 0 ? 0 : 32);  // (35 - 2) / 8 full blocks
     }
@@ -1190,60 +1149,75 @@ TEST(Scheduler, WarmPromptReusesFullBlocks) {
     std::vector<int32_t> next = prompt;
     next.insert(next.end(), want.tokens.begin(), want.tokens.end());
     next.push_back(7);
-    Tracker::Req& r = tr.add();
-    ASSERT_TRUE(engine->submit(next, greedy(5), tr.sink(r)).has_value());
-    ASSERT_TRUE(tr.wait_done(4, 30));
-    {
-        std::lock_guard<std::mutex> lk(tr.mu);
-        const int n = static_cast<int>(next.size());
-        // The first turn published every full block it computed: its prompt and all its
-        // generated tokens but the last (sampled, never fed back).
-        EXPECT_EQ(r.done.n_cached, (n - 2) / 8 * 8);
-        EXPECT_EQ(r.text, expect_alone(next, n + 5, {}, false).text);
-    }
-    const Engine::Stats st = engine->stats();
+    Tracker::Req& r = submit(tr, *core, next, greedy(5));
+    ASSERT_TRUE(run_idle(*core));
+    const int n = static_cast<int>(next.size());
+    // The first turn published every full block it computed: its prompt and all its generated
+    // tokens but the last (sampled, never fed back).
+    EXPECT_EQ(r.done.n_cached, (n - 2) / 8 * 8);
+    EXPECT_EQ(r.text, expect_alone(next, n + 5, {}, false).text);
+    const EngineStats st = core->metrics().snapshot();
     EXPECT_EQ(st.prefix_lookups, 4u);
     EXPECT_GE(st.prefix_hit_tokens, 96u);
-    EXPECT_EQ(st.kv_blocks_used, 0);
     EXPECT_GT(st.kv_blocks_cached, 0);
+    expect_idle(*core);
     EXPECT_EQ(fake.error(), "");
 }
 
 // Cancelling requests while they wait, while they prefill and while they decode frees
-// everything and each gets exactly one kDone.
+// everything, each at the next step, and each gets exactly one kDone.
 TEST(Scheduler, CancelAnywhereFreesEverything) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(2, 128, 4, 8));
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(2, 128, 4, 8), nullptr, clock);  // 8 tokens a step
+    ASSERT_TRUE(core);
+    tr.core = core.get();
     GenerationParams p = greedy(60);
     p.ignore_eos = true;
-    fake.hold();
     std::vector<Tracker::Req*> rs;
-    for (int i = 0; i < 6; ++i) {
-        rs.push_back(&tr.add());
-        auto h = engine->submit(std::vector<int32_t>(40, 1 + i), p, tr.sink(*rs.back()));
-        ASSERT_TRUE(h.has_value());
-        rs.back()->handle = *h;
-    }
-    ASSERT_TRUE(fake.wait_forwards(1));
-    rs[5]->handle->cancel();  // waiting
-    rs[0]->handle->cancel();  // prefilling (8 tokens a step)
-    fake.hold_from(12);       // lets the first forward go
-    ASSERT_TRUE(fake.wait_forwards(12));
-    for (auto* r : rs) r->handle->cancel();  // the rest, wherever they are
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(6, 30));
-    std::lock_guard<std::mutex> lk(tr.mu);
+    for (int i = 0; i < 6; ++i) rs.push_back(&submit(tr, *core, std::vector<int32_t>(40, 1 + i), p));
+    const auto cancel_and_step = [&](std::initializer_list<int> which) {
+        for (int i : which) rs[i]->handle->cancel();
+        core->step();
+        for (int i : which) {
+            EXPECT_EQ(rs[i]->n_done, 1) << i;
+            EXPECT_EQ(rs[i]->done.finish, FinishReason::kCancelled) << i;
+        }
+    };
+    ASSERT_TRUE(core->step());  // 0 and 1 admitted, 0 computes its first 8 tokens
+    ASSERT_TRUE(rs[0]->prefilling());
+    ASSERT_TRUE(rs[5]->waiting());
+    EXPECT_EQ(core->metrics().n_waiting.load(), 4);
+    cancel_and_step({0, 5});  // prefilling and waiting; 2 takes 0's place
+    EXPECT_EQ(core->metrics().n_waiting.load(), 2);
+    for (int i = 0; i < 20 && !rs[1]->decoding(); ++i) core->step();
+    ASSERT_TRUE(rs[1]->decoding());
+    ASSERT_TRUE(core->step());  // 2 computes its first chunk beside 1's token
+    ASSERT_TRUE(rs[1]->decoding());
+    ASSERT_TRUE(rs[2]->prefilling());
+    ASSERT_TRUE(rs[3]->waiting());
+    cancel_and_step({1, 2, 3});  // decoding, prefilling, waiting; 4 is admitted
+    // Only 4 holds blocks: its 40 prompt tokens and the next, 11 blocks of 4 (none cached: every
+    // prompt is another).
+    EXPECT_EQ(core->blocks().n_used(), 11);
+    EXPECT_EQ(core->metrics().kv_used.load(), 11);
+    for (int i = 0; i < 20 && rs[4]->n_text < 3; ++i) core->step();
+    ASSERT_TRUE(rs[4]->decoding());
+    cancel_and_step({4});
     for (auto* r : rs) {
         EXPECT_EQ(r->n_done, 1);
         EXPECT_EQ(r->n_after_done, 0);
         EXPECT_EQ(r->done.finish, FinishReason::kCancelled);
+        EXPECT_EQ(r->gauge_at_done, r->used_at_done);
     }
     EXPECT_EQ(rs[5]->n_text, 0);
-    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+    // What 4 got is its solo answer's beginning.
+    const int n4 = rs[4]->done.n_completion;
+    EXPECT_EQ(n4, rs[4]->n_text);
+    EXPECT_EQ(rs[4]->text, expect_alone(rs[4]->prompt, 40 + n4, {}, true).text);
+    expect_idle(*core);
     EXPECT_EQ(fake.error(), "");
 }
 
@@ -1264,13 +1238,13 @@ TEST(Scheduler, CancelAnywhereFreesEverything) {
 // Z = Y + S's second block + 2 tokens then matches Y's five blocks and S's block (as it did
 // before 9cb82de).
 TEST(Scheduler, ChainThroughABlockEvictedMeanwhileIsNotPublished) {
+    FakeClock clock;
     auto model = make_fake_model();
     FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(3, 44, 4, 64));
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
-    ASSERT_EQ(engine->kv_blocks(), 11);
+    auto core = make_core(model, options(3, 44, 4, 64), nullptr, clock);
+    ASSERT_TRUE(core);
+    ASSERT_EQ(core->kv_blocks(), 11);
     auto params = [](int max_tokens) {
         GenerationParams p = greedy(max_tokens);
         p.ignore_eos = true;
@@ -1283,25 +1257,18 @@ TEST(Scheduler, ChainThroughABlockEvictedMeanwhileIsNotPublished) {
     for (int i = 0; i < 15; ++i) v.push_back(100 + i);
     for (int i = 0; i < 20; ++i) y.push_back(200 + i);
 
-    fake.hold();  // D occupies the engine until X, S, V and Y are all queued
-    Tracker::Req& d = tr.add();
-    ASSERT_TRUE(engine->submit({50, 51}, params(1), tr.sink(d)).has_value());
-    ASSERT_TRUE(fake.wait_forwards(1));
-    for (auto [prompt, n] : {std::pair{&x, 1}, {&s, 4}, {&v, 2}, {&y, 1}}) {
-        ASSERT_TRUE(engine->submit(*prompt, params(n), tr.sink(tr.add())).has_value());
-    }
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(5, 30));
+    submit(tr, *core, {50, 51}, params(1));  // D: a step of its own before X, S, V and Y
+    ASSERT_TRUE(core->step());
+    for (auto [prompt, n] : {std::pair{&x, 1}, {&s, 4}, {&v, 2}, {&y, 1}}) submit(tr, *core, *prompt, params(n));
+    ASSERT_TRUE(run_idle(*core));
 
     const Expect s_out = expect_alone(s, 9, {}, true);
     std::vector<int32_t> z = y;
     z.push_back(7);
     z.insert(z.end(), s_out.tokens.begin(), s_out.tokens.begin() + 3);
     z.insert(z.end(), {60, 61});
-    Tracker::Req& rz = tr.add();
-    ASSERT_TRUE(engine->submit(z, greedy(5), tr.sink(rz)).has_value());
-    ASSERT_TRUE(tr.wait_done(6, 30));
-    std::lock_guard<std::mutex> lk(tr.mu);
+    Tracker::Req& rz = submit(tr, *core, z, greedy(5));
+    ASSERT_TRUE(run_idle(*core));
     for (size_t i = 0; i < 5; ++i) {
         EXPECT_EQ(tr.reqs[i]->done.finish, FinishReason::kLength) << i;
     }
@@ -1310,7 +1277,8 @@ TEST(Scheduler, ChainThroughABlockEvictedMeanwhileIsNotPublished) {
     EXPECT_EQ(rz.text, expect_alone(z, 31, {}, false).text);
     EXPECT_EQ(rz.done.n_cached, 20);  // Y's blocks; S's block follows P, not Y
     EXPECT_EQ(fake.error(), "");
-    EXPECT_EQ(engine->stats().n_preemptions, 0u);
+    EXPECT_EQ(core->metrics().n_preemptions.load(), 0u);
+    expect_idle(*core);
 }
 
 // The smallest step budget the engine accepts still computes every prompt. With two tokens a
@@ -1318,79 +1286,104 @@ TEST(Scheduler, ChainThroughABlockEvictedMeanwhileIsNotPublished) {
 // progress (or refuse the budget at create()). Before 9cb82de a 3-token remainder was skipped
 // at every step while the engine thread spun.
 TEST(Scheduler, SmallestStepBudgetCompletesEveryPrompt) {
+    FakeClock clock;
     auto model = make_fake_model();
     Tracker tr;
-    auto e = Engine::create(model, options(2, 64, 4, 2));
+    auto e = EngineCore::create(model, options(2, 64, 4, 2));
     if (!e.has_value()) GTEST_SKIP() << "a budget of 2 is refused: " << e.status().message();
-    auto engine = std::move(*e);
+    auto core = std::move(*e);
+    core->set_clock([&clock] { return clock.now; });
+    fake_of(model).set_clock(&clock);
+    fake_of(model).set_blocks(&core->blocks());
     for (int n = 1; n <= 7; ++n) {
         std::vector<int32_t> prompt;
         for (int i = 0; i < n; ++i) prompt.push_back(10 + i);
-        ASSERT_TRUE(engine->submit(prompt, greedy(3), tr.sink(tr.add())).has_value());
+        submit(tr, *core, prompt, greedy(3));
     }
-    ASSERT_TRUE(tr.wait_done(7, 5))
-        << tr.n_done << " of 7 prompts done; stuck with a 3-token prompt?";
+    // 28 prompt tokens and 21 answer tokens, at most 2 a step.
+    ASSERT_TRUE(run_idle(*core, 100)) << tr.n_done << " of 7 prompts done; stuck with a 3-token prompt?";
+    for (const auto& r : tr.reqs) {
+        EXPECT_EQ(r->text, expect_alone(r->prompt, static_cast<int>(r->prompt.size()) + 3, {}, false).text);
+    }
+    expect_idle(*core);
+    EXPECT_EQ(fake_of(model).error(), "");
 }
 
-// The gauges of an idle engine say so, also when its last request was cancelled mid-flight.
+// The gauges of an idle engine say so at once, also when its last request was cancelled
+// mid-flight (the step that ends it runs no forward pass).
 TEST(Scheduler, GaugesAreZeroAfterTheLastRequestIsCancelled) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(2, 256, 4, 16));
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(2, 256, 4, 16), nullptr, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(200);
     p.ignore_eos = true;
-    Tracker::Req& r = tr.add();
-    fake.hold_from(5);
-    auto h = engine->submit(std::vector<int32_t>(20, 3), p, tr.sink(r));
-    ASSERT_TRUE(h.has_value());
-    ASSERT_TRUE(fake.wait_forwards(5));  // decoding
-    (*h)->cancel();
-    fake.release();
-    ASSERT_TRUE(tr.wait_done(1, 30));
-    EXPECT_EQ(engine->stats().kv_blocks_used, 0);
-    EXPECT_TRUE(wait_idle(*engine))
-        << "running " << engine->stats().n_running << ", waiting " << engine->stats().n_waiting;
+    Tracker::Req& r = submit(tr, *core, std::vector<int32_t>(20, 3), p);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(core->step());
+    ASSERT_TRUE(r.decoding());
+    EXPECT_EQ(core->metrics().n_running.load(), 1);
+    EXPECT_GT(core->metrics().kv_used.load(), 0);
+    r.handle->cancel();
+    EXPECT_FALSE(core->step());
+    EXPECT_EQ(r.n_done, 1);
+    expect_idle(*core);
 }
 
-// Shutdown ends every request, queued or running, with one kDone each.
-TEST(Scheduler, ShutdownEndsEveryRequest) {
+// cancel_all (the threaded engine's shutdown) ends every request, waiting or running, with one
+// kDone each, and frees every block.
+TEST(Scheduler, CancelAllEndsEveryRequest) {
+    FakeClock clock;
     auto model = make_fake_model();
-    FakeModel& fake = fake_of(model);
     Tracker tr;
-    auto engine = make_engine(model, options(2, 64, 4, 8));
-    ASSERT_TRUE(engine);
-    ReleaseOnExit guard{fake};
+    auto core = make_core(model, options(2, 64, 4, 8), nullptr, clock);
+    ASSERT_TRUE(core);
     GenerationParams p = greedy(50);
     p.ignore_eos = true;
-    // The engine is held in its second step, so no request can finish its 50 tokens before
-    // shutdown (the fake is fast enough to finish them all otherwise: this test was flaky).
-    fake.hold_from(2);
-    for (int i = 0; i < 5; ++i)
-        ASSERT_TRUE(
-            engine->submit(std::vector<int32_t>(10, 1 + i), p, tr.sink(tr.add())).has_value());
-    ASSERT_TRUE(fake.wait_forwards(2));
-    std::atomic<bool> stopped{false};
-    std::thread stopper([&] {
-        engine->shutdown();
-        stopped = true;
-    });
-    // One more step at a time until shutdown returns: the engine sees the stop between steps.
-    for (int n = 3; !stopped; ++n) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        fake.hold_from(n);
-    }
-    stopper.join();
-    EXPECT_FALSE(engine->submit({1, 2}, p, tr.sink(tr.add())).has_value());
-    std::lock_guard<std::mutex> lk(tr.mu);
+    for (int i = 0; i < 5; ++i) submit(tr, *core, std::vector<int32_t>(10, 1 + i), p);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(core->step());
+    ASSERT_TRUE(tr.reqs[0]->decoding());
+    ASSERT_TRUE(tr.reqs[4]->waiting());
+    core->cancel_all();
     EXPECT_EQ(tr.n_done, 5);
-    for (int i = 0; i < 5; ++i) {
-        EXPECT_EQ(tr.reqs[i]->n_done, 1);
-        EXPECT_EQ(tr.reqs[i]->done.finish, FinishReason::kCancelled);
+    for (const auto& r : tr.reqs) {
+        EXPECT_EQ(r->n_done, 1);
+        EXPECT_EQ(r->done.finish, FinishReason::kCancelled);
     }
-    EXPECT_EQ(tr.reqs[5]->n_done, 0);  // refused: no events
+    expect_idle(*core);
+    EXPECT_FALSE(core->step());
+}
+
+// A request's time limit (GenerationParams::timeout_s, from submit) ends it with what it has,
+// running or waiting, at the first step past it. Steps of 1 ms on the fake clock: step k starts
+// at (k - 1) ms.
+TEST(Scheduler, TimeLimitEndsARequestWithItsAnswerSoFar) {
+    FakeClock clock;
+    auto model = make_fake_model();
+    fake_of(model).set_step_time(1000, 0);
+    Tracker tr;
+    auto core = make_core(model, options(1, 256, 4, 64), nullptr, clock);
+    ASSERT_TRUE(core);
+    GenerationParams p = greedy(100);
+    p.ignore_eos = true;
+    p.draft_max = 0;  // one token a step
+    p.timeout_s = 0.0105;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 10; ++i) prompt.push_back(20 + i);
+    Tracker::Req& a = submit(tr, *core, prompt, p);
+    p.timeout_s = 0.0055;
+    Tracker::Req& b = submit(tr, *core, {7, 8, 9}, p);  // waits behind a (one slot)
+    ASSERT_TRUE(run_idle(*core, 1000));
+    // b ends at step 7 (6 ms), never admitted; a at step 12 (11 ms), after 11 tokens.
+    EXPECT_EQ(b.done.finish, FinishReason::kLength);
+    EXPECT_EQ(b.done.n_completion, 0);
+    EXPECT_EQ(b.n_text, 0);
+    EXPECT_EQ(a.done.finish, FinishReason::kLength);
+    EXPECT_EQ(a.done.n_completion, 11);
+    EXPECT_EQ(a.text, expect_alone(prompt, 21, {}, true).text);
+    EXPECT_LT(b.i_done, a.i_done);
+    EXPECT_EQ(fake_of(model).n_forward(), 11);
+    expect_idle(*core);
 }
 
 }  // namespace

@@ -55,20 +55,21 @@ constexpr int kNearlyLevel = 8;
 }  // namespace
 
 DraftModelProposer::DraftModelProposer(std::shared_ptr<LoadedModel> draft, const DraftModelConfig& cfg,
-                                       EngineMetrics& metrics)
-    : draft_(std::move(draft)), cfg_(cfg), metrics_(metrics), blocks_(cfg.n_blocks, cfg.block_size) {}
+                                       EngineMetrics& metrics, const EngineClock& clock)
+    : draft_(std::move(draft)), cfg_(cfg), metrics_(metrics), clock_(clock), blocks_(cfg.n_blocks, cfg.block_size) {}
 
 Expected<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(std::shared_ptr<LoadedModel> draft,
                                                                          const LoadedModel& target,
                                                                          const DraftModelConfig& cfg,
-                                                                         EngineMetrics& metrics) {
+                                                                         EngineMetrics& metrics,
+                                                                         const EngineClock& clock) {
     if (!draft || (!draft->model && !draft->stand_in) || !draft->tokenizer) return invalid_argument("no draft model");
     FERROX_RETURN_IF_ERROR(check_vocab(target, *draft));
     const ForwardModel& d = draft->forward_model();
     if (Status st = d.check_kv_type(cfg.kv_type); !st.is_ok()) {
         return Status(st.code(), "the draft model " + draft->path + ": " + st.message());
     }
-    std::unique_ptr<DraftModelProposer> p(new DraftModelProposer(draft, cfg, metrics));
+    std::unique_ptr<DraftModelProposer> p(new DraftModelProposer(draft, cfg, metrics, clock));
     // Drafts stop where the draft model's trained context does (its positions past it are
     // noise, and their rejections would price drafting out for every sequence).
     p->ctx_ = std::min(d.max_ctx(), d.n_ctx_train());
@@ -157,7 +158,7 @@ void DraftModelProposer::add_entry(Sequence& s, const int32_t* toks, int n, bool
 
 // Runs batch_ on the draft model; timed: its time prices the draft steps (cost_).
 bool DraftModelProposer::run_step(bool timed) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = clock_();
     const Status st = draft_->forward_model().forward(batch_, *storage_, logits_);
     if (!st.is_ok()) {
         FERROX_LOG_WARN("draft model step failed: %s", st.message().c_str());
@@ -165,7 +166,7 @@ bool DraftModelProposer::run_step(bool timed) {
     }
     if (timed) {
         cost_.observe(static_cast<int>(batch_.tokens.size()),
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                      std::chrono::duration<double>(clock_() - t0).count());
     }
     return true;
 }

@@ -36,10 +36,12 @@ struct DraftModelConfig {
 class DraftModelProposer final : public Proposer {
 public:
     // Checks that `draft` speaks the target's vocabulary (the same text for every id both have,
-    // at most 128 ids more or fewer, llama.cpp's rule) and the KV type.
+    // at most 128 ids more or fewer, llama.cpp's rule) and the KV type. clock: the engine's, which
+    // times the draft steps.
     static Expected<std::unique_ptr<DraftModelProposer>> create(std::shared_ptr<LoadedModel> draft,
                                                                 const LoadedModel& target,
-                                                                const DraftModelConfig& cfg, EngineMetrics& metrics);
+                                                                const DraftModelConfig& cfg, EngineMetrics& metrics,
+                                                                const EngineClock& clock);
 
     double prior() const override;
     bool candidate(Sequence& s, bool allowed, int k_max, int* limit) override;
@@ -52,9 +54,11 @@ public:
 
     const LoadedModel& model() const { return *draft_; }
     size_t kv_bytes() const { return storage_->bytes(); }
+    const BlockManager& blocks() const { return blocks_; }
 
 private:
-    DraftModelProposer(std::shared_ptr<LoadedModel> draft, const DraftModelConfig& cfg, EngineMetrics& metrics);
+    DraftModelProposer(std::shared_ptr<LoadedModel> draft, const DraftModelConfig& cfg, EngineMetrics& metrics,
+                       const EngineClock& clock);
     void begin_kv(Sequence& s, int limit);
     void publish(Sequence& s);
     void add_entry(Sequence& s, const int32_t* toks, int n, bool logits);
@@ -65,6 +69,7 @@ private:
     std::shared_ptr<LoadedModel> draft_;
     DraftModelConfig cfg_;
     EngineMetrics& metrics_;
+    const EngineClock& clock_;
     BlockManager blocks_;
     std::unique_ptr<KvStorage> storage_;
     int n_vocab_ = 0;      // the draft model's vocabulary
