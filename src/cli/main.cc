@@ -469,10 +469,7 @@ int cmd_serve(int argc, char** argv) {
     defaults->served.chat_template_override = so.chat_template_override;
     defaults->served.prompt.split_reasoning = so.split_reasoning;
     defaults->test_script = args->get("--test-script").value_or("");
-    defaults->stand_in = [](const LoadedModel& lm, const std::string& script) -> Expected<std::unique_ptr<ForwardModel>> {
-        FERROX_ASSIGN_OR_RETURN(std::vector<ScriptRule> rules, load_script(script, *lm.tokenizer));
-        return make_scripted_model(*lm.model, *lm.tokenizer, std::move(rules));
-    };
+    defaults->stand_in = scripted_stand_in;
     RegistryOptions ro;
     ro.max_memory_bytes = static_cast<int64_t>(*max_memory) << 20;
     ro.defaults = defaults;

@@ -214,4 +214,9 @@ std::unique_ptr<ForwardModel> make_scripted_model(const ForwardModel& real, cons
     return std::make_unique<ScriptedModel>(real, tok, std::move(rules));
 }
 
+Expected<std::unique_ptr<ForwardModel>> scripted_stand_in(const LoadedModel& lm, const std::string& path) {
+    FERROX_ASSIGN_OR_RETURN(std::vector<ScriptRule> rules, load_script(path, *lm.tokenizer));
+    return make_scripted_model(*lm.model, *lm.tokenizer, std::move(rules));
+}
+
 }  // namespace ferrox

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/loaded_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -58,5 +59,9 @@ Expected<std::vector<ScriptRule>> load_script(const std::string& path, const Tok
 // history back from there.
 std::unique_ptr<ForwardModel> make_scripted_model(const ForwardModel& real, const Tokenizer& tok,
                                                   std::vector<ScriptRule> rules);
+
+// The stand-in for ModelSpec::stand_in: the script at `path` over the loaded model's tokenizer
+// and limits.
+Expected<std::unique_ptr<ForwardModel>> scripted_stand_in(const LoadedModel& lm, const std::string& path);
 
 }  // namespace ferrox

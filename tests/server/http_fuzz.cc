@@ -36,6 +36,7 @@
 #include "engine/model_registry.h"
 #include "engine/model_spec.h"
 #include "loader/gguf.h"
+#include "testing/scripted_model.h"
 #include "loader/gguf_writer.h"
 #include "testing/tiny_model.h"
 #include "server/api_server.h"
@@ -156,6 +157,7 @@ Fixture* start_fixture() {
     defaults->served.chat_template_override = read_text(std::string(FERROX_TESTDATA_DIR) +
                                                         "/chat_templates/Qwen-Qwen3-0.6B.jinja");
     defaults->test_script = script_path;
+    defaults->stand_in = scripted_stand_in;
     RegistryOptions ro;
     ro.defaults = defaults;
     f->registry = std::make_shared<ModelRegistry>(ro);
