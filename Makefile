@@ -11,13 +11,17 @@ MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 EMBED_MODEL := models/all-MiniLM-L6-v2
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: all setup configure build ferrox model model-default model-serve model-gemma3 \
+.PHONY: all setup setup-test configure build ferrox model model-default model-serve model-gemma3 \
         test run serve clean format
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+# The Python packages of the tests as well (clients, reference implementations).
+setup-test:
+	@bash scripts/setup.sh --test
 
 configure: setup
 	@cmake --preset $(PRESET) > /dev/null
@@ -44,7 +48,7 @@ model-gemma3: setup
 # Every model: the served ones, and Gemma 3 270M for the second architecture's golden tests.
 model: model-serve model-gemma3
 
-test: build model
+test: setup-test build model
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
 HOST ?= 127.0.0.1

@@ -23,8 +23,9 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages for the e2e tests (real clients). Skipped when already importable.
-if ! python3 -c "import openai, anthropic, pytest, httpx, gguf, jsonschema" 2>/dev/null; then
+# Python packages for the tests (real clients, reference implementations): only with --test
+# (`make test`); building and serving need none of them.
+if [ "${1:-}" = "--test" ] && ! python3 -c "import openai, anthropic, pytest, httpx, gguf, jsonschema" 2>/dev/null; then
   echo "setup: installing Python test packages"
   req="$(dirname "$0")/requirements-test.txt"
   # A Debian system Python refuses pip installs (PEP 668) unless told it may.
