@@ -20,7 +20,7 @@ def free_port():
 
 class Server:
     # threads: `-t` (None: ferrox's default, a thread per core, where stream parsers and sinks
-    # run on the engine thread: server/README.md).
+    # run on the engine thread: server/README.md; test_protocols.py serves every route so).
     def __init__(self, *extra, threads=1):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -57,7 +57,7 @@ class Server:
 def server():
     if not os.path.exists(MODEL):
         pytest.skip(f"{MODEL} is missing: run `make model`")
-    s = Server(threads=None)  # the default configuration is the one most tests use
+    s = Server()
     yield s
     rc = s.stop()
     assert rc == 0, "SIGTERM must end the server with exit code 0"

@@ -1,19 +1,33 @@
 """Every protocol through one path: the anthropic SDK on /v1/messages, the openai SDK on
 /v1/responses, raw llama.cpp /completion, against the real binary and the default model."""
 import json
+import os
 import threading
 
 import anthropic
 import httpx
 import openai
 import pytest
-from conftest import metric_value
+
+from conftest import MODEL, Server, metric_value
 
 ID = "SmolLM2-135M-Instruct.Q4_1"
 QUESTION = "What is the capital of France?"
 # The anthropic SDK no longer has sampling arguments; greedy decoding goes in the body.
 T0 = {"temperature": 0}
 SYSTEM = "You are a helpful assistant who answers questions about geography briefly and well. " * 3
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The default configuration (`-t` = cores: the engine thread runs the stream parsers and
+    sinks) serving every protocol. The other modules' servers use `-t 1`, the worker path, since
+    ctest runs two test programs at once on two cores."""
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server(threads=None)
+    yield s
+    assert s.stop() == 0, "SIGTERM must end the server with exit code 0"
 
 
 @pytest.fixture(scope="module")
