@@ -23,7 +23,7 @@
 // - the output tied to token_embd (the converter writes no output.weight).
 #include <cmath>
 
-#include "model/model.h"
+#include "model/weights.h"
 
 namespace ferrox {
 
