@@ -9,8 +9,9 @@
 // Inside a layer's K or V slab the cache type decides the order:
 //  - F16: head-major, each KV head's block_size * head_dim elements one contiguous run (an
 //    attention item reads one KV head, so one run per block). K is position-major within the
-//    head (block_size rows of head_dim); V is transposed in tiles (kv_v_offset), so that decode
-//    P·V is a dot product over positions, as over llama.cpp's transposed V, 8 positions a load.
+//    head (block_size rows of head_dim); V is transposed in tiles (kv_v_offset, defined with
+//    the attention kernels that read it, kernels/attention_f16.h), so that decode P·V is a dot
+//    product over positions, as over llama.cpp's transposed V, 8 positions a load.
 //  - Q8_0: head-major too, each head's block_size positions one after another, a position's
 //    head_dim values in blocks of 32 with an F16 scale (34 bytes per 32 values).
 // Storage is allocated once, 2 MiB-aligned and advised as huge pages.
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "kernels/attention_f16.h"
 
 namespace ferrox {
 
@@ -44,19 +46,6 @@ struct KvGeometry {
     }
     size_t block_bytes() const { return static_cast<size_t>(n_layer) * 2 * block_size * row_bytes(); }
 };
-
-// The F16 cache's V layout within one KV head's run of a block (bs positions, hd elements per
-// position): transposed in tiles of T consecutive slots, each tile hd rows of T elements, so
-// that one dimension of 8 consecutive positions is one 16-byte load. T = bs when bs % 8 == 0
-// (the whole block transposed: a dimension's slots are one run; tiles of 16 slots, which halve
-// the lines a position's write touches, read from memory a third slower in the P·V kernel's
-// order), else the largest power of two that divides bs.
-constexpr int kv_v_tile(int bs) { return bs % 8 == 0 ? bs : bs % 4 == 0 ? 4 : bs % 2 == 0 ? 2 : 1; }
-// Element d of slot j, in elements from the head's run.
-constexpr size_t kv_v_offset(int bs, int hd, int j, int d) {
-    const int t = kv_v_tile(bs);
-    return static_cast<size_t>(j / t) * t * hd + static_cast<size_t>(d) * t + j % t;
-}
 
 class KvStorage {
 public:

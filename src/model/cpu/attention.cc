@@ -14,7 +14,7 @@
 #include "kernels/ops.h"
 #include "kernels/prefetch_feed.h"
 #include "kernels/quants.h"
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 #include "model/cpu/internal.h"
 #include "model/gelu.h"
 #include "tensor/fp16.h"

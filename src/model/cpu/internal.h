@@ -13,7 +13,7 @@
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "kernels/prefetch_feed.h"
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 #include "model/model.h"
 
 namespace ferrox {

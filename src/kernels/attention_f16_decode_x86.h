@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 
 namespace ferrox::attn_x86 {
 

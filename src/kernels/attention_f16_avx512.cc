@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "model/cpu/attention_f16.h"
-#include "model/cpu/attention_f16_decode_x86.h"
+#include "kernels/attention_f16.h"
+#include "kernels/attention_f16_decode_x86.h"
 
 namespace ferrox {
 

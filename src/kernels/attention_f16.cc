@@ -1,4 +1,4 @@
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 
 #include <algorithm>
 #include <cmath>

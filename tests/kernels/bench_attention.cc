@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {

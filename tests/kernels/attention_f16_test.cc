@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/cpu/attention_f16.h"
+#include "kernels/attention_f16.h"
 #include "tensor/fp16.h"
 
 namespace ferrox {

@@ -17,12 +17,22 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/kv_storage.h"
 
 namespace ferrox {
 
-// The F16 cache's V layout (kv_v_tile, kv_v_offset) is defined with the rest of the cache's
-// layout in model/kv_storage.h.
+// The F16 cache's V layout within one KV head's run of a block (bs positions, hd elements per
+// position), which the decode P·V kernels read: transposed in tiles of T consecutive slots,
+// each tile hd rows of T elements, so that one dimension of 8 consecutive positions is one
+// 16-byte load. T = bs when bs % 8 == 0 (the whole block transposed: a dimension's slots are
+// one run; tiles of 16 slots, which halve the lines a position's write touches, read from
+// memory a third slower in the P·V kernel's order), else the largest power of two that
+// divides bs. The rest of the cache's layout is model/kv_storage.h's.
+constexpr int kv_v_tile(int bs) { return bs % 8 == 0 ? bs : bs % 4 == 0 ? 4 : bs % 2 == 0 ? 2 : 1; }
+// Element d of slot j, in elements from the head's run.
+constexpr size_t kv_v_offset(int bs, int hd, int j, int d) {
+    const int t = kv_v_tile(bs);
+    return static_cast<size_t>(j / t) * t * hd + static_cast<size_t>(d) * t + j % t;
+}
 
 struct AttnF16Kernels {
     // q·k, k an F16 row, q floats already rounded to F16 precision; n % 8 == 0.
