@@ -114,6 +114,10 @@ private:
     GemmPacked packed_gemm(const QuantKernels& k) const;
     // The layer's blocks (cpu/forward.cc): input steps and output steps on token ranges (run
     // fused in the parallel region between two blocks), bodies on the whole batch.
+    Status prepare_batch(const Batch& batch, const KvStorage& kv, std::span<float> logits);
+    void embed(const Batch& batch);
+    void rope_tables(int n_tok);
+    void output_logits(const Batch& batch, std::span<float> logits);
     struct LayerJobs;
     LayerJobs layer_jobs(const LayerWeights& L) const;
     void attn_input(const LayerWeights& L, const LayerJobs& J, int n_tok, int t0, int t1);

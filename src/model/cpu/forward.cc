@@ -202,13 +202,18 @@ void Model::parallel_for(int n, const std::function<void(int)>& fn) {
     });
 }
 
-Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits) {
+// Checks the batch against the model's limits, the KV storage and the logits buffer, and
+// fills the scratch's per-token position, sequence and run tables.
+Status Model::prepare_batch(const Batch& batch, const KvStorage& kv, std::span<float> logits) {
     const ModelHParams& hp = w_.hp;
     const int n_tok = static_cast<int>(batch.tokens.size());
-    if (n_tok == 0) return Status::ok();
     if (n_tok > opts_.max_batch_tokens) {
         return invalid_argument("batch of " + std::to_string(n_tok) + " tokens exceeds the limit " +
                                 std::to_string(opts_.max_batch_tokens));
+    }
+    FERROX_RETURN_IF_ERROR(check_kv_type(kv.geometry().type));
+    if (kv.geometry().n_layer != hp.n_layer || kv.geometry().kv_dim != hp.kv_dim()) {
+        return internal_error("the KV pool was made for another model");
     }
     Scratch& s = *s_;
     const int bs = kv.geometry().block_size;
@@ -240,11 +245,16 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
     for (int32_t tok : batch.tokens) {
         if (tok < 0 || tok >= hp.n_vocab) return invalid_argument("token id " + std::to_string(tok) + " out of range");
     }
+    return Status::ok();
+}
 
-    // Embeddings.
+// x: the batch tokens' embedding rows (scaled where the architecture says).
+void Model::embed(const Batch& batch) {
+    const ModelHParams& hp = w_.hp;
+    Scratch& s = *s_;
     const QuantKernels& ke = quant_kernels(w_.tok_embd->type);
-    for (int t = 0; t < n_tok; ++t) {
-        float* x = s.x.data() + static_cast<size_t>(t) * hp.n_embd;
+    for (size_t t = 0; t < batch.tokens.size(); ++t) {
+        float* x = s.x.data() + t * hp.n_embd;
         if (w_.tok_embd->packed8) {
             dequantize_packed_q8_0_row(*w_.tok_embd, batch.tokens[t], x);
         } else {
@@ -252,10 +262,14 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
         }
         if (hp.embd_scale != 1.0f) vec_scale(x, hp.embd_scale, x, hp.n_embd);
     }
+}
 
-    // RoPE tables, computed as ggml does (theta *= theta_scale per pair, in float) so that
-    // positions rotate bit-for-bit like llama.cpp's.
-    // Local (sliding-window) layers have their own base, scale 1 and no frequency factors.
+// RoPE tables of the batch's positions, computed as ggml does (theta *= theta_scale per pair, in
+// float) so that positions rotate bit-for-bit like llama.cpp's. Local (sliding-window) layers
+// have their own base, scale 1 and no frequency factors.
+void Model::rope_tables(int n_tok) {
+    const ModelHParams& hp = w_.hp;
+    Scratch& s = *s_;
     const int half = hp.n_rot / 2;
     const auto rope_table = [&](float base, float freq_scale, const float* factors, float* cos_out, float* sin_out) {
         const float theta_scale = std::pow(base, -2.0f / static_cast<float>(hp.n_rot));
@@ -277,12 +291,37 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
     if (!s.rope_cos_swa.empty()) {
         rope_table(hp.rope_freq_base_swa, 1.0f, nullptr, s.rope_cos_swa.data(), s.rope_sin_swa.data());
     }
+}
 
-    FERROX_RETURN_IF_ERROR(check_kv_type(kv.geometry().type));
-    if (kv.geometry().n_layer != hp.n_layer || kv.geometry().kv_dim != hp.kv_dim()) {
-        return internal_error("the KV pool was made for another model");
-    }
+// The final norm and the logits of the rows that want them, in order.
+void Model::output_logits(const Batch& batch, std::span<float> logits) {
+    const ModelHParams& hp = w_.hp;
+    Scratch& s = *s_;
     const int E = hp.n_embd;
+    int n_rows = 0;
+    for (const BatchSeq& sq : batch.seqs) {
+        if (!sq.want_logits) continue;
+        const int t = sq.i_begin + sq.n_tokens - 1;
+        rms_norm(s.x.data() + static_cast<size_t>(t) * E, w_.output_norm.data(),
+                 s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
+        ++n_rows;
+    }
+    if (n_rows == 0) return;
+    const MatJob out[] = {{w_.output, s.xn.data(), logits.data()}};
+    matmuls(out, 1, n_rows, /*rows_are_tokens=*/false);
+    if (hp.final_logit_softcap > 0) {  // as ggml: scale by 1/c, tanh, scale by c
+        const float c = hp.final_logit_softcap, inv_c = 1.0f / c;
+        for (size_t i = 0; i < static_cast<size_t>(n_rows) * hp.n_vocab; ++i) logits[i] = c * std::tanh(logits[i] * inv_c);
+    }
+}
+
+Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits) {
+    const int n_tok = static_cast<int>(batch.tokens.size());
+    if (n_tok == 0) return Status::ok();
+    FERROX_RETURN_IF_ERROR(prepare_batch(batch, kv, logits));
+    Scratch& s = *s_;
+    embed(batch);
+    rope_tables(n_tok);
     const bool kv_f16 = kv.geometry().type == KvType::kF16;
     if (kv_f16) {
         plan_attention(batch);
@@ -296,7 +335,8 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
     constexpr int kFeedFromTokens = 12;
     const bool feeding = kv_f16 && s.attn_decode_only && n_tok >= kFeedFromTokens && pool_->n_threads() > 1;
     bool kv_feed = false;
-    for (int il = 0; il < hp.n_layer; ++il) {
+    const int n_layer = w_.hp.n_layer;
+    for (int il = 0; il < n_layer; ++il) {
         const LayerWeights& L = w_.layers[il];
         const LayerJobs J = layer_jobs(L);
         for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
@@ -312,27 +352,8 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
         ffn_body(J, n_tok, kv_feed);
     }
     // The last layer's FFN residual (the others' ran with the next layer's norm).
-    for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { ffn_output(w_.layers[hp.n_layer - 1], t0, t1); });
-
-    // Final norm and logits, only for the rows that want them.
-    int n_rows = 0;
-    for (const BatchSeq& sq : batch.seqs) {
-        if (!sq.want_logits) continue;
-        const int t = sq.i_begin + sq.n_tokens - 1;
-        rms_norm(s.x.data() + static_cast<size_t>(t) * E, w_.output_norm.data(),
-                 s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
-        ++n_rows;
-    }
-    if (n_rows > 0) {
-        const MatJob out[] = {{w_.output, s.xn.data(), logits.data()}};
-        matmuls(out, 1, n_rows, /*rows_are_tokens=*/false);
-        if (hp.final_logit_softcap > 0) {  // as ggml: scale by 1/c, tanh, scale by c
-            const float c = hp.final_logit_softcap, inv_c = 1.0f / c;
-            for (size_t i = 0; i < static_cast<size_t>(n_rows) * hp.n_vocab; ++i) {
-                logits[i] = c * std::tanh(logits[i] * inv_c);
-            }
-        }
-    }
+    for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { ffn_output(w_.layers[n_layer - 1], t0, t1); });
+    output_logits(batch, logits);
     return Status::ok();
 }
 
