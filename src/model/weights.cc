@@ -35,14 +35,14 @@ std::string shape_text(std::span<const int64_t> ne) {
 
 }  // namespace
 
-Status check_tensor_shape(const GgufFile& f, const TensorView& t, std::initializer_list<int64_t> ne) {
+Status check_tensor_shape(const TensorView& t, std::initializer_list<int64_t> ne) {
     bool ok = ne.size() <= t.ne.size();
     for (size_t i = 0; ok && i < t.ne.size(); ++i) ok = t.ne[i] == (i < ne.size() ? *(ne.begin() + i) : 1);
     if (ok) return Status::ok();
     const size_t shown = std::max<size_t>(ne.size(), static_cast<size_t>(std::max(1, t.n_dims)));
-    return f.error("tensor '" + t.name + "' has shape " +
-                   shape_text(std::span<const int64_t>(t.ne.data(), std::min(shown, t.ne.size()))) + ", expected " +
-                   shape_text(std::span<const int64_t>(ne.begin(), ne.size())));
+    return invalid_argument("tensor '" + t.name + "' has shape " +
+                            shape_text(std::span<const int64_t>(t.ne.data(), std::min(shown, t.ne.size()))) +
+                            ", expected " + shape_text(std::span<const int64_t>(ne.begin(), ne.size())));
 }
 
 namespace {
@@ -56,7 +56,7 @@ Expected<const TensorView*> get_matrix(const GgufFile& f, const std::string& nam
         return unimplemented(f.path() + ": tensor '" + name + "' has type " +
                              std::string(dtype_name(t->type)) + ", not usable as a weight");
     }
-    FERROX_RETURN_IF_ERROR(check_tensor_shape(f, *t, {n_in, n_out}));
+    if (Status st = check_tensor_shape(*t, {n_in, n_out}); !st.is_ok()) return f.error(st.message());
     return t;
 }
 
@@ -69,7 +69,7 @@ Expected<std::vector<float>> get_vector(const GgufFile& f, const std::string& na
         if (required) return f.error("missing tensor '" + name + "'");
         return std::vector<float>();
     }
-    FERROX_RETURN_IF_ERROR(check_tensor_shape(f, *t, {n}));
+    if (Status st = check_tensor_shape(*t, {n}); !st.is_ok()) return f.error(st.message());
     std::vector<float> out(n);
     dequantize_row_ref(t->type, t->data, out.data(), n);
     return out;

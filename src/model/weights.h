@@ -79,7 +79,8 @@ struct ModelWeights {
 };
 
 // Checks a tensor's shape, innermost dimension first ({n_in, n_out} for a matrix, {n_in, n_out,
-// n_expert} for experts' matrices); dimensions not given must be 1.
-Status check_tensor_shape(const GgufFile& f, const TensorView& t, std::initializer_list<int64_t> ne);
+// n_expert} for experts' matrices); dimensions not given must be 1. The error names the tensor
+// and both shapes (the caller adds the file).
+Status check_tensor_shape(const TensorView& t, std::initializer_list<int64_t> ne);
 
 }  // namespace ferrox
