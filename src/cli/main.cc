@@ -281,6 +281,7 @@ const std::vector<FlagSpec> kServeFlags = {
      "draft model for speculative decoding of the first -m model (a smaller model of its vocabulary); "
      "replaces prompt lookup"},
     {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
+    {{"--default-model"}, true, "the alias that serves requests naming no served model (default: with one chat model, any name is served by it; with several, an unknown name is a 404)"},
     {{"--api-key"}, true, "require this API key (repeatable)"},
     {{"--api-key-file"}, true, "file with one API key per line"},
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
@@ -473,6 +474,17 @@ int cmd_serve(int argc, char** argv) {
     RegistryOptions ro;
     ro.max_memory_bytes = static_cast<int64_t>(*max_memory) << 20;
     ro.defaults = defaults;
+    ro.default_model = args->get("--default-model").value_or("");
+    if (!ro.default_model.empty()) {
+        bool known = false;
+        for (size_t i = 0; i < model_paths.size(); ++i) {
+            LoadRequest lr;
+            lr.path = model_paths[i];
+            lr.alias = i < aliases.size() ? aliases[i] : "";
+            known |= ModelRegistry::alias_of(lr) == ro.default_model;
+        }
+        if (!known) return fail(invalid_argument("--default-model " + ro.default_model + " is none of the models' names"));
+    }
     auto registry = std::make_shared<ModelRegistry>(ro);
 
     auto server = ApiServer::start(so, registry);

@@ -195,6 +195,29 @@ Status ModelRegistry::unload(const std::string& alias) {
     return not_found("no model '" + alias + "' is loaded");
 }
 
+// The model that serves a name no model has (mu_ held): the --default-model alias when it is
+// ready, else the one ready model of `kind` when the others are at most one of the other kind.
+ModelLease ModelRegistry::fallback(ModelKind kind) const {
+    if (!options_.default_model.empty()) {
+        for (const Entry& e : entries_) {
+            if (e.alias == options_.default_model && e.current) return e.current;
+        }
+        return nullptr;
+    }
+    ModelLease only;
+    int n_kind = 0, n_other = 0;
+    for (const Entry& e : entries_) {
+        if (!e.current) continue;
+        if (e.current->kind() == kind) {
+            only = e.current;
+            ++n_kind;
+        } else {
+            ++n_other;
+        }
+    }
+    return n_kind == 1 && n_other <= 1 ? only : nullptr;
+}
+
 Expected<ModelLease> ModelRegistry::acquire(const std::string& name) const {
     return acquire(name, std::nullopt);
 }
@@ -220,6 +243,7 @@ Expected<ModelLease> ModelRegistry::acquire(const std::string& name, std::option
     for (const Entry& e : entries_) {
         if (e.alias == name) return unavailable("the model '" + name + "' is still loading");
     }
+    if (ModelLease m = fallback(default_kind.value_or(ModelKind::kGenerate))) return m;
     std::string served;
     for (const Entry& e : entries_) {
         if (e.current) served += (served.empty() ? "'" : ", '") + e.alias + "'";

@@ -55,6 +55,9 @@ struct ModelStatus {
 
 struct RegistryOptions {
     int64_t max_memory_bytes = 0;  // weights + KV of every model; 0: no limit
+    // A request naming no served model goes to this alias (--default-model); empty: to the one
+    // model of the kind it needs when there is just one (llama-server's rule), else kNotFound.
+    std::string default_model;
     std::shared_ptr<const ModelSpec> defaults;  // model, engine and prompt options of every load
 };
 
@@ -77,7 +80,11 @@ class ModelRegistry {
     // The model a request names ("" : the first loaded). kNotFound (unknown name) or
     // kUnavailable (nothing ready yet).
     Expected<ModelLease> acquire(const std::string& name) const;
-    // The same, but "" means the first ready model of `default_kind` (else the first ready).
+    // The same, but "" means the first ready model of `default_kind` (else the first ready), and
+    // a name no model has is served as llama-server serves it: by the --default-model alias,
+    // or, when there is just one ready model of `default_kind` (and at most one of the other
+    // kind), by that one (clients with a fixed model name, such as Claude Code's, work as they
+    // are); with several models of that kind it stays kNotFound.
     Expected<ModelLease> acquire(const std::string& name, std::optional<ModelKind> default_kind) const;
     std::vector<ModelLease> ready() const;    // in load order
     std::vector<ModelStatus> list() const;    // ready, loading and draining ones
@@ -88,6 +95,7 @@ class ModelRegistry {
     void shutdown();
 
   private:
+    ModelLease fallback(ModelKind kind) const;
     struct Entry {
         std::string alias;
         ModelLease current;        // null while the first generation loads

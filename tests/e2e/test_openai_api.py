@@ -3,6 +3,7 @@ import json
 import threading
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -139,8 +140,10 @@ def test_errors_have_openai_shape(server, client):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     r = post({"messages": MSG, "max_tokens": 100000})
     assert r.status_code == 400 and "100000" in r.json()["error"]["message"] and "2048" in r.json()["error"]["message"]
-    r = post({"messages": MSG, "model": "gpt-9"})
-    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    # One chat model: a name it does not have is served by it (llama-server's rule, so clients
+    # with a fixed model name work), and the answer names the model that served it.
+    r = post({"messages": MSG, "model": "gpt-9", "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["model"] == ID
     assert httpx.get(server.base + "/v1/nothing").status_code == 404
     assert httpx.get(server.base + "/v1/chat/completions").status_code == 405
     r = post(b"x" * (9 << 20))
@@ -149,6 +152,23 @@ def test_errors_have_openai_shape(server, client):
         client.chat.completions.create(model=ID, messages=[{"role": "wizard", "content": "hi"}])
     # Still serving after all of that.
     assert greedy(client, max_tokens=2).usage.completion_tokens == 2
+
+
+def test_models_retrieve_in_both_sdks_and_route_aliases(server, client):
+    m = client.models.retrieve(ID)
+    assert m.id == ID and m.object == "model" and m.owned_by == "ferrox"
+    assert client.models.retrieve("claude-sonnet-4-5").id == ID  # any name: the one model
+    a = anthropic.Anthropic(base_url=server.base, api_key="unused", max_retries=0)
+    am = a.models.retrieve(ID)
+    assert am.id == ID and am.type == "model" and am.display_name == ID
+    assert httpx.get(server.base + "/models/" + ID).json()["id"] == ID
+    # llama-server's routes without /v1.
+    r = httpx.post(server.base + "/responses", timeout=60,
+                   json={"model": ID, "input": "Hi", "max_output_tokens": 16, "temperature": 0})
+    assert r.status_code == 200 and r.json()["object"] == "response" and r.json()["model"] == ID
+    assert httpx.get(server.base + "/responses/" + r.json()["id"]).json()["id"] == r.json()["id"]
+    r = httpx.post(server.base + "/chat/completions", timeout=60, json={"messages": MSG, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion"
 
 
 def test_api_keys(keyed_server):

@@ -120,8 +120,11 @@ def test_messages_lenient_inputs(claude, server):
 
 
 def test_messages_errors_have_anthropic_shape(claude, server):
-    with pytest.raises(anthropic.NotFoundError):
-        claude.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    # Claude Code's model name is served by the one model, and the answer names it.
+    m = claude.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert m.model == ID
+    r = httpx.post(server.base + "/v1/messages/nope", json={})
+    assert r.status_code == 404 and r.json()["type"] == "error" and r.json()["error"]["type"] == "not_found_error"
     r = httpx.post(server.base + "/v1/messages", json={"messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["type"] == "invalid_request_error" and "max_tokens" in r.json()["error"]["message"]

@@ -108,3 +108,27 @@ def test_request_timeout_truncates(tmp_path):
         assert time.time() - t0 < 5 and 0 < r.json()["usage"]["completion_tokens"] < 2000
     finally:
         s.stop()
+
+
+def test_default_model_serves_unknown_names_among_several(tmp_path):
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server("--alias", "a", "-m", MODEL, "--alias", "b", "--default-model", "b")
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(httpx.get(s.base + "/v1/models").json()["data"]) < 2:
+            time.sleep(0.1)
+        for name, served in (("a", "a"), ("b", "b"), ("claude-sonnet-4-5", "b")):
+            r = httpx.post(s.base + "/v1/chat/completions", timeout=60,
+                           json={"model": name, "messages": MSG, "max_tokens": 2})
+            assert r.status_code == 200 and r.json()["model"] == served, (name, r.text)
+    finally:
+        s.stop()
+
+
+def test_default_model_must_name_a_model():
+    import subprocess
+    from conftest import BIN
+    p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", "--default-model", "nope"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--default-model nope is none of the models' names" in p.stderr

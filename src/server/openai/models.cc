@@ -1,5 +1,6 @@
-// GET /v1/models (and /models): OpenAI's list; Anthropic's shape when the client sends
-// anthropic-version (the anthropic SDK's client.models.list()).
+// GET /v1/models (and /models): OpenAI's list, and GET /v1/models/{id} one model; Anthropic's
+// shapes when the client sends anthropic-version (the anthropic SDK's client.models.list() and
+// retrieve()).
 #include <ctime>
 
 #include "server/context.h"
@@ -22,14 +23,28 @@ std::string rfc3339(int64_t unix_s) {
     return buf;
 }
 
+json anthropic_model(const ModelInfo& info) {
+    return {{"id", info.id}, {"type", "model"}, {"display_name", info.id}, {"created_at", rfc3339(info.created)}};
+}
+
+json openai_model(const ModelInfo& info) {
+    json model = {{"id", info.id}, {"object", "model"}, {"created", info.created}, {"owned_by", "ferrox"}};
+    model["meta"] = {{"n_ctx", info.n_ctx},     {"n_ctx_train", info.n_ctx_train},
+                     {"n_vocab", info.n_vocab}, {"n_embd", info.n_embd},
+                     {"n_layer", info.n_layer}, {"architecture", info.arch},
+                     {"kind", model_kind_name(info.kind)}};
+    if (info.kind == ModelKind::kEmbed) {
+        model["meta"]["pooling"] = info.pooling;
+        model["meta"]["normalize"] = info.normalize;
+    }
+    return model;
+}
+
 void route_models(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     const auto models = ctx.models();
     if (req.http.header("anthropic-version")) {
         json data = json::array();
-        for (const ModelLease& m : models) {
-            data.push_back({{"id", m->info().id}, {"type", "model"}, {"display_name", m->info().id},
-                            {"created_at", rfc3339(m->info().created)}});
-        }
+        for (const ModelLease& m : models) data.push_back(anthropic_model(m->info()));
         json out = {{"data", data}, {"has_more", false}};
         out["first_id"] = data.empty() ? json(nullptr) : data.front()["id"];
         out["last_id"] = data.empty() ? json(nullptr) : data.back()["id"];
@@ -39,20 +54,22 @@ void route_models(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
     json data = json::array(), names = json::array();
     for (const ModelLease& m : models) {
         const ModelInfo& info = m->info();
-        json model = {{"id", info.id}, {"object", "model"}, {"created", info.created}, {"owned_by", "ferrox"}};
-        model["meta"] = {{"n_ctx", info.n_ctx},     {"n_ctx_train", info.n_ctx_train},
-                         {"n_vocab", info.n_vocab}, {"n_embd", info.n_embd},
-                         {"n_layer", info.n_layer}, {"architecture", info.arch},
-                         {"kind", model_kind_name(info.kind)}};
-        if (info.kind == ModelKind::kEmbed) {
-            model["meta"]["pooling"] = info.pooling;
-            model["meta"]["normalize"] = info.normalize;
-        }
-        data.push_back(model);
+        data.push_back(openai_model(info));
         // llama-server's extra list (Codex and some UIs read it).
         names.push_back({{"name", info.id}, {"model", info.id}, {"type", "model"}, {"capabilities", {info.kind == ModelKind::kEmbed ? "embedding" : "completion"}}});
     }
     res->send(200, dump(json{{"object", "list"}, {"data", data}, {"models", names}}));
+}
+
+// One model by name, found as a generating request finds it (a name no model has is the
+// served one where there is just one: the object says which).
+void route_model(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+    const bool anthropic = req.http.header("anthropic-version") != nullptr;
+    const Protocol protocol = anthropic ? Protocol::kAnthropic : Protocol::kOpenAI;
+    ModelLease m;
+    ApiError err;
+    if (!ctx.acquire(req.params[0], &m, &err, ModelUse::kAny)) return Router::send_error(*res, protocol, err);
+    res->send(200, dump(anthropic ? anthropic_model(m->info()) : openai_model(m->info())));
 }
 
 }  // namespace
@@ -67,6 +84,12 @@ void add_openai_routes(Router& router, ServerContext& ctx) {
                     .protocol = Protocol::kOpenAI,
                     .fn = [&ctx](RouteRequest& req, std::shared_ptr<HttpResponder> res) {
                         route_models(ctx, req, std::move(res));
+                    }});
+        router.add({.method = "GET",
+                    .path = std::string(path) + "/{id}",
+                    .protocol = Protocol::kOpenAI,
+                    .fn = [&ctx](RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+                        route_model(ctx, req, std::move(res));
                     }});
     }
 }

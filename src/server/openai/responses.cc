@@ -539,11 +539,13 @@ void add_responses_routes(Router& router, ServerContext& ctx) {
     auto bind = [&ctx](void (*fn)(ServerContext&, RouteRequest&, std::shared_ptr<HttpResponder>)) {
         return [&ctx, fn](RouteRequest& req, std::shared_ptr<HttpResponder> res) { fn(ctx, req, std::move(res)); };
     };
-    router.add({.method = "POST", .path = "/v1/responses", .fn = bind(route_create), .json_body = true});
-    router.add({.method = "GET", .path = "/v1/responses/{id}", .fn = bind(route_get)});
-    router.add({.method = "DELETE", .path = "/v1/responses/{id}", .fn = bind(route_delete)});
-    router.add({.method = "GET", .path = "/v1/responses/{id}/input_items", .fn = bind(route_input_items)});
-    router.add({.method = "POST", .path = "/v1/responses/{id}/cancel", .fn = bind(route_cancel)});
+    for (const std::string base : {"/v1/responses", "/responses"}) {  // (llama-server has both)
+        router.add({.method = "POST", .path = base, .fn = bind(route_create), .json_body = true});
+        router.add({.method = "GET", .path = base + "/{id}", .fn = bind(route_get)});
+        router.add({.method = "DELETE", .path = base + "/{id}", .fn = bind(route_delete)});
+        router.add({.method = "GET", .path = base + "/{id}/input_items", .fn = bind(route_input_items)});
+        router.add({.method = "POST", .path = base + "/{id}/cancel", .fn = bind(route_cancel)});
+    }
 }
 
 }  // namespace ferrox
