@@ -40,6 +40,13 @@ struct Conversation {
     bool parallel_tool_calls = true;
     // Extra template variables as a JSON object text (enable_thinking, reasoning_effort, ...).
     std::string template_kwargs;
+    // The prompt ends with the template's generation prompt (false: right after the last
+    // message, OpenAI-compatible servers' add_generation_prompt).
+    bool add_generation_prompt = true;
+    // A trailing assistant message with text (and no tool calls) is continued, not closed: the
+    // answer goes on from its last character (Anthropic's prefill, llama-server's default,
+    // vLLM's continue_final_message).
+    bool continue_final = true;
 };
 
 }  // namespace ferrox

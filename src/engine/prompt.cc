@@ -177,12 +177,41 @@ std::vector<int32_t> PromptBuilder::tokenize(std::string_view text) const {
     return tok_->encode(text, add_special, /*parse_special=*/true);
 }
 
+namespace {
+
+// The text of a trailing assistant message to continue (prefill), or null.
+const ChatMessage* prefill_of(const Conversation& conv) {
+    if (!conv.continue_final || conv.messages.empty()) return nullptr;
+    const ChatMessage& last = conv.messages.back();
+    if (last.role != "assistant" || last.content.empty() || !last.tool_calls.empty()) return nullptr;
+    return &last;
+}
+
+// Whether the answer starts inside a think block: the prompt's generation prompt opened one
+// (and a prefill did not close it), or the prefill opened one of its own.
+bool starts_in_reasoning(const std::string& before_prefill, std::string_view prefill, const OutputFormat& f) {
+    if (!f.split_reasoning) return false;
+    const size_t open = prefill.rfind(f.think_start), close = prefill.rfind(f.think_end);
+    if (open != std::string_view::npos && (close == std::string_view::npos || close < open)) return true;
+    return close == std::string_view::npos && prompt_opens_reasoning(before_prefill, f);
+}
+
+}  // namespace
+
+// The conversation through the template, then, for a prefill, the trailing assistant message's
+// text after the generation prompt (as llama-server continues one: the turn the template would
+// open for the answer, already begun).
 Expected<ChatPrompt> PromptBuilder::build(const Conversation& conv) const {
-    auto text = render(conv, true);
-    if (!text.has_value()) return text.status();
+    const ChatMessage* prefill = prefill_of(conv);
+    std::string text;
+    if (prefill) {
+        Conversation head = conv;
+        head.messages.pop_back();
+        FERROX_ASSIGN_OR_RETURN(text, render(head, true));
+    } else {
+        FERROX_ASSIGN_OR_RETURN(text, render(conv, conv.add_generation_prompt));
+    }
     ChatPrompt p;
-    p.text = std::move(*text);
-    p.tokens = tokenize(p.text);
     p.output = format_;
     // Without tools the answer has no calls to parse, except in formats whose channels carry
     // the reasoning and the text too (harmony, Command R7B).
@@ -190,7 +219,11 @@ Expected<ChatPrompt> PromptBuilder::build(const Conversation& conv) const {
     if ((conv.tools.empty() || conv.tool_choice == ToolChoice::kNone) && !channels) {
         p.output.tools = ToolCallFormat::kNone;
     }
-    p.output.starts_in_reasoning = p.output.split_reasoning && prompt_opens_reasoning(p.text, p.output);
+    const std::string_view continued = prefill ? std::string_view(prefill->content) : std::string_view();
+    p.output.starts_in_reasoning = starts_in_reasoning(text, continued, p.output);
+    p.text = std::move(text);
+    p.text += continued;
+    p.tokens = tokenize(p.text);
     p.special_markup = markup_is_control(*tok_, p.output);
     return p;
 }

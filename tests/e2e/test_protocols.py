@@ -306,3 +306,41 @@ def test_disconnect_mid_stream_on_every_protocol(server):
             break
         threading.Event().wait(0.1)
     assert running == 0
+
+
+def test_a_trailing_assistant_message_is_continued_on_every_chat_route(server, claude, oai):
+    # The answer goes on from the prefill, token for token what the raw prompt gives: the
+    # template's generation prompt for the conversation before it, then the prefill's text.
+    prefill = "The capital of France is"
+    head = [{"role": "user", "content": QUESTION}]
+    convo = head + [{"role": "assistant", "content": prefill}]
+    prompt = httpx.post(server.base + "/apply-template", json={"messages": head}).json()["prompt"]
+    want = httpx.post(server.base + "/completion", timeout=60,
+                      json={"prompt": prompt + prefill, "n_predict": 16, "temperature": 0}).json()["content"]
+    assert want.strip() and not want.startswith(prefill)
+    chat = httpx.post(server.base + "/v1/chat/completions", timeout=60,
+                      json={"messages": convo, "max_tokens": 16, "temperature": 0}).json()
+    assert chat["choices"][0]["message"]["content"] == want
+    # vLLM's spelling of the same, with its rule that both flags at once are a 400.
+    cont = httpx.post(server.base + "/v1/chat/completions", timeout=60, json={
+        "messages": convo, "max_tokens": 16, "temperature": 0,
+        "continue_final_message": True, "add_generation_prompt": False}).json()
+    assert cont["choices"][0]["message"]["content"] == want
+    for extra, msgs in (({"add_generation_prompt": True}, convo), ({}, head)):
+        r = httpx.post(server.base + "/v1/chat/completions",
+                       json={"messages": msgs, "max_tokens": 2, "continue_final_message": True, **extra})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "continue_final_message", r.text
+    # Anthropic's prefill and the Responses API.
+    m = claude.messages.create(model=ID, max_tokens=16, messages=convo, extra_body=T0)
+    assert m.content[0].text == want
+    r = oai.responses.create(model=ID, input=convo, max_output_tokens=16, temperature=0, store=False)
+    assert r.output_text == want
+
+
+def test_add_generation_prompt_false_ends_the_prompt_after_the_last_message(server):
+    def usage(**extra):
+        return httpx.post(server.base + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, **extra}).json()["usage"]["prompt_tokens"]
+    with_prompt, without = usage(), usage(add_generation_prompt=False)
+    header = httpx.post(server.base + "/tokenize", json={"content": "<|im_start|>assistant\n"}).json()["tokens"]
+    assert with_prompt - without == len(header)

@@ -188,6 +188,30 @@ bool parse_tools(const json& body, Conversation* conv, ApiError* err) {
 
 std::string openai_call_id() { return random_id("call_"); }
 
+// vLLM's continue_final_message and add_generation_prompt. A trailing assistant message is
+// continued whatever they say (llama-server's prefill); continue_final_message true insists on
+// one, and with add_generation_prompt true too is a 400, as in vLLM (a continued turn opens no
+// new one). add_generation_prompt false ends the prompt right after the last message.
+bool parse_continuation(const Fields& f, Conversation* conv, ApiError* err) {
+    bool cont = false, gen = true;
+    if (!f.boolean("continue_final_message", &cont, err) || !f.boolean("add_generation_prompt", &gen, err)) {
+        return false;
+    }
+    if (cont && gen && f.find("add_generation_prompt")) {
+        *err = bad_param("continue_final_message",
+                         "'continue_final_message' and 'add_generation_prompt' cannot both be true: a continued "
+                         "final message opens no new turn.");
+        return false;
+    }
+    if (cont && conv->messages.back().role != "assistant") {
+        *err = bad_param("continue_final_message",
+                         "'continue_final_message' needs a final assistant message to continue.");
+        return false;
+    }
+    conv->add_generation_prompt = gen;
+    return true;
+}
+
 bool parse_openai_conversation(const json& body, Conversation* conv, ApiError* err) {
     const Fields f{body, ""};
     const json* messages = nullptr;
@@ -257,7 +281,7 @@ bool parse_openai_conversation(const json& body, Conversation* conv, ApiError* e
         }
         conv->messages.push_back(std::move(msg));
     }
-    return parse_tools(body, conv, err);
+    return parse_tools(body, conv, err) && parse_continuation(f, conv, err);
 }
 
 namespace {
