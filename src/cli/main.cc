@@ -299,8 +299,65 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--reasoning-format"}, true, "auto: thinking goes to its own field/blocks (default); none: it stays in the text"},
     {{"--reasoning-field"}, true, "Chat Completions' name for it: reasoning_content, reasoning or both (default both)"},
     {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
+    // llama-server's flags, with its meaning.
+    {{"--temp"}, true, "llama-server: default temperature of requests that set none (default 0.8)"},
+    {{"--top-k"}, true, "llama-server: default top-k (default 40; 0: off)"},
+    {{"--top-p"}, true, "llama-server: default top-p (default 0.95)"},
+    {{"--min-p"}, true, "llama-server: default min-p (default 0.05)"},
+    {{"--repeat-penalty"}, true, "llama-server: default repetition penalty (default 1.0: off)"},
+    {{"--repeat-last-n"}, true, "llama-server: default penalty window (default 64)"},
+    {{"--presence-penalty"}, true, "llama-server: default presence penalty (default 0)"},
+    {{"--frequency-penalty"}, true, "llama-server: default frequency penalty (default 0)"},
+    {{"-s", "--seed"}, true, "llama-server: default seed of requests that set none (default -1: random)"},
+    {{"-ctk", "--cache-type-k"}, true, "llama-server: KV cache type (f16 or q8_0; K and V share one type here)"},
+    {{"-ctv", "--cache-type-v"}, true, "llama-server: the same for V"},
+    {{"--jinja"}, false, "llama-server: accepted (chat templates are always rendered as Jinja)"},
+    {{"--metrics"}, false, "llama-server: accepted (/metrics is always on)"},
+    {{"--offline"}, false, "llama-server: accepted (ferrox never downloads)"},
+    {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
+    {{"-fa", "--flash-attn"}, true, "llama-server: on|off|auto, accepted with a note (this build computes on the CPU)"},
+    {{"--n-cpu-moe"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
+    {{"-hf", "--hf-repo"}, true, "llama-server: refused (ferrox does not download models: give -m FILE)"},
     {{"-h", "--help"}, false, "this help"},
 };
+
+// llama-server's flags that ferrox takes with their meaning: the sampling defaults of requests
+// that set none, the KV cache type (-ctk/-ctv: one type for K and V here), and flags with
+// nothing to do on this build (accepted; a note where llama-server would use a GPU).
+Status read_llama_server_flags(const Args& a, SamplingDefaults* sd, KvType* kv_type) {
+    if (a.has("-hf")) return invalid_argument("-hf: ferrox does not download models; give -m FILE (a GGUF on disk)");
+    SamplingParams& sp = sd->params;
+    FERROX_ASSIGN_OR_RETURN(sp.temperature, a.get_float("--temp", sp.temperature));
+    FERROX_ASSIGN_OR_RETURN(sp.top_k, a.get_int("--top-k", sp.top_k));
+    FERROX_ASSIGN_OR_RETURN(sp.top_p, a.get_float("--top-p", sp.top_p));
+    FERROX_ASSIGN_OR_RETURN(sp.min_p, a.get_float("--min-p", sp.min_p));
+    FERROX_ASSIGN_OR_RETURN(sp.repeat_penalty, a.get_float("--repeat-penalty", sp.repeat_penalty));
+    FERROX_ASSIGN_OR_RETURN(sp.penalty_last_n, a.get_int("--repeat-last-n", sp.penalty_last_n));
+    FERROX_ASSIGN_OR_RETURN(sp.presence_penalty, a.get_float("--presence-penalty", sp.presence_penalty));
+    FERROX_ASSIGN_OR_RETURN(sp.frequency_penalty, a.get_float("--frequency-penalty", sp.frequency_penalty));
+    if (!(sp.temperature >= 0 && sp.temperature <= 100) || sp.top_k < -1 || !(sp.top_p >= 0 && sp.top_p <= 1) ||
+        !(sp.min_p >= 0 && sp.min_p <= 1) || !(sp.repeat_penalty > 0) || sp.penalty_last_n < -1 ||
+        !(std::abs(sp.presence_penalty) <= 2) || !(std::abs(sp.frequency_penalty) <= 2)) {
+        return invalid_argument("sampling defaults out of range: --temp >= 0, --top-k >= -1, --top-p and --min-p in "
+                                "[0, 1], --repeat-penalty > 0, --repeat-last-n >= -1, penalties in [-2, 2]");
+    }
+    if (auto seed = a.get("-s"); seed && *seed != "-1") {
+        FERROX_ASSIGN_OR_RETURN(sp.seed, a.get_u64("-s", 0));
+        sd->seeded = true;
+    }
+    const auto k = a.get("-ctk"), v = a.get("-ctv");
+    if (k || v) {
+        FERROX_ASSIGN_OR_RETURN(const KvType kt, parse_kv_type(k.value_or(*v)));
+        FERROX_ASSIGN_OR_RETURN(const KvType vt, parse_kv_type(v.value_or(*k)));
+        if (kt != vt) return invalid_argument("-ctk and -ctv: ferrox keeps K and V in one type (f16 or q8_0)");
+        if (a.has("--kv-type") && kt != *kv_type) return invalid_argument("--kv-type and -ctk/-ctv disagree");
+        *kv_type = kt;
+    }
+    for (const char* gpu : {"-ngl", "-fa", "--n-cpu-moe"}) {
+        if (a.has(gpu)) std::fprintf(stderr, "ferrox: %s: this build computes on the CPU; ignored\n", gpu);
+    }
+    return Status::ok();
+}
 
 int cmd_serve(int argc, char** argv) {
     // --config FILE: its flags (one per line, "flag value", '#' comments) go where it stands,
@@ -385,6 +442,8 @@ int cmd_serve(int argc, char** argv) {
     }
     auto kv_type = parse_kv_type(args->get("--kv-type").value_or("f16"));
     if (!kv_type.has_value()) return fail(kv_type.status());
+    SamplingDefaults sampling;
+    if (Status st = read_llama_server_flags(*args, &sampling, &*kv_type); !st.is_ok()) return fail(st);
     if (auto f = args->get("--api-key-file")) {
         auto text = read_file(*f);
         if (!text.has_value()) return fail(text.status());
@@ -417,6 +476,7 @@ int cmd_serve(int argc, char** argv) {
     so.max_tokens_limit = *max_tokens_cap;
     so.request_timeout_s = *timeout;
     so.default_max_tokens = *n_predict;
+    so.sampling = sampling;
     if (auto f = args->get("--chat-template-file")) {
         auto text = read_file(*f);
         if (!text.has_value()) return fail(text.status());

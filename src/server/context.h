@@ -30,11 +30,19 @@ enum class ModelUse {
     kAny,       // /tokenize, /detokenize, /props: any kind ("" still prefers a generator)
 };
 
+// The server's sampling defaults: what a request that does not set a field gets (llama-server's
+// --temp, --top-k, ... on the command line; read_sampling applies them).
+struct SamplingDefaults {
+    SamplingParams params;
+    bool seeded = false;  // --seed was given: requests without a seed use params.seed
+};
+
 struct ApiServerOptions {
     HttpServerOptions http;
     std::vector<std::string> api_keys;  // empty: no authentication
     std::string chat_template_override; // replaces the model's template when not empty
     int default_max_tokens = -1;        // when a request gives none: until the end or context
+    SamplingDefaults sampling;          // --temp, --top-k, ... : what a request does not set
     bool split_reasoning = true;        // --reasoning-format none: thinking stays in the text
     ReasoningField reasoning_field = ReasoningField::kBoth;  // Chat Completions' field name(s)
     int n_workers = 2;                  // threads for parsing, templates and event building

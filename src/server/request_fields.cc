@@ -1,5 +1,7 @@
 #include "server/request_fields.h"
 
+#include "server/context.h"
+
 #include <cstdlib>
 #include <random>
 
@@ -8,6 +10,7 @@ namespace ferrox {
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
                    ApiError* err) {
     SamplingParams& sp = params->sampling;
+    if (limits.defaults) sp = limits.defaults->params;
     double d = sp.temperature;
     if (!f.number("temperature", 0, limits.max_temperature, &d, err)) return false;
     sp.temperature = static_cast<float>(d);
@@ -39,7 +42,7 @@ bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationPara
     if (f.find("seed") && seed != -1) {  // llama.cpp: -1 is "random"
         sp.seed = static_cast<uint64_t>(seed);
         *seeded = true;
-    } else {
+    } else if (!limits.defaults || !limits.defaults->seeded) {
         sp.seed = std::random_device{}();
     }
     if (!f.boolean("ignore_eos", &params->ignore_eos, err)) return false;

@@ -13,13 +13,17 @@
 
 namespace ferrox {
 
+struct SamplingDefaults;  // server/context.h
+
 struct SamplingLimits {
     double max_temperature = 2;  // Anthropic allows 1
+    const SamplingDefaults* defaults = nullptr;  // null: SamplingParams' own
 };
 
 // temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
-// repetition_penalty / repeat_penalty, repeat_last_n, seed (a random one when absent; *seeded
-// says whether the client gave it), ignore_eos, cache_prompt.
+// repetition_penalty / repeat_penalty, repeat_last_n, seed (the server's default seed, else a
+// random one, when absent; *seeded says whether the client gave it), ignore_eos, cache_prompt;
+// each field a request does not set keeps limits.defaults' value.
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
                    ApiError* err);
 

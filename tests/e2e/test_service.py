@@ -132,3 +132,29 @@ def test_default_model_must_name_a_model():
     p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", "--default-model", "nope"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--default-model nope is none of the models' names" in p.stderr
+
+
+def test_llama_server_command_line():
+    """llama-server's flags with their meaning: --temp 0 makes requests that set no temperature
+    greedy, -ctk/-ctv choose the KV type, GPU flags are noted, -hf is refused."""
+    if not os.path.exists(MODEL):
+        pytest.skip(f"{MODEL} is missing: run `make model`")
+    s = Server("--temp", "0", "--seed", "42", "--top-k", "1", "-ngl", "99", "-fa", "on", "--jinja", "--metrics",
+               "--offline", "-ctk", "q8_0", "-ctv", "q8_0")
+    try:
+        msg = [{"role": "user", "content": "Tell me a story."}]
+
+        def answer(**extra):
+            r = httpx.post(s.base + "/v1/chat/completions", timeout=60, json={"messages": msg, "max_tokens": 16, **extra})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["message"]["content"]
+        assert answer() == answer(temperature=0, top_k=1)  # the server's defaults: greedy
+        assert httpx.get(s.base + "/props").json()["kv_cache"]["type"] == "q8_0"
+    finally:
+        s.stop()
+    import subprocess
+    from conftest import BIN
+    for flags, said in ((["-hf", "org/model"], "does not download"), (["-ctk", "q8_0", "-ctv", "f16"], "one type"),
+                        (["--temp", "-1"], "out of range")):
+        p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", *flags], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and said in p.stderr, (flags, p.stderr)

@@ -229,7 +229,8 @@ bool parse_message(const json& m, const std::string& where, Conversation* conv, 
     return true;
 }
 
-bool parse_request(const json& body, bool need_max_tokens, int default_max_tokens, Parsed* out, ApiError* err) {
+bool parse_request(const json& body, bool need_max_tokens, int default_max_tokens, const SamplingDefaults* defaults,
+                   Parsed* out, ApiError* err) {
     const Fields f{body, ""};
     if (!f.string("model", &out->model, err)) return false;
     int64_t max_tokens = -1;
@@ -240,7 +241,9 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
     }
     out->params.max_tokens = max_tokens > 0 ? static_cast<int>(max_tokens) : default_max_tokens;
     bool seeded = false;
-    if (!read_sampling(f, SamplingLimits{.max_temperature = 1}, &out->params, &seeded, err)) return false;
+    if (!read_sampling(f, SamplingLimits{.max_temperature = 1, .defaults = defaults}, &out->params, &seeded, err)) {
+        return false;
+    }
     if (!f.strings("stop_sequences", 16, &out->params.stop, err)) return false;
     if (!f.boolean("stream", &out->stream, err)) return false;
     Conversation& conv = out->conv;
@@ -430,7 +433,7 @@ class MessagesSink final : public GenerationSink {
 void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     Parsed p;
     ApiError err;
-    if (!parse_request(req.body, true, ctx.opts.default_max_tokens, &p, &err)) return send(*res, err);
+    if (!parse_request(req.body, true, ctx.opts.default_max_tokens, &ctx.opts.sampling, &p, &err)) return send(*res, err);
     GenerationJob job;
     if (!ctx.acquire(p.model, &job.model, &err)) return send(*res, err);
     auto prompt = job.model->prompt().build(p.conv);
@@ -454,7 +457,7 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
 void route_count_tokens(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     Parsed p;
     ApiError err;
-    if (!parse_request(req.body, false, -1, &p, &err)) return send(*res, err);
+    if (!parse_request(req.body, false, -1, nullptr, &p, &err)) return send(*res, err);
     ModelLease m;
     if (!ctx.acquire(p.model, &m, &err)) return send(*res, err);
     auto prompt = m->prompt().build(p.conv);

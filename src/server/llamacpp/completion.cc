@@ -192,7 +192,7 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     if (!ctx.acquire(model_name, &job.model, &err)) return fail(err);
     Settings s;
     bool seeded = false;
-    if (!read_sampling(f, {}, &s.params, &seeded, &err)) return fail(err);
+    if (!read_sampling(f, {.defaults = &ctx.opts.sampling}, &s.params, &seeded, &err)) return fail(err);
     if (!read_logit_bias(f, *job.model, &s.params.sampling, &err)) return fail(err);
     int64_t n_predict = ctx.opts.default_max_tokens;
     if (!f.integer("n_predict", -1, 1 << 24, &n_predict, &err) || !f.integer("max_tokens", -1, 1 << 24, &n_predict, &err))

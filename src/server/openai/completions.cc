@@ -186,7 +186,7 @@ bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJ
     std::string model_name, user;
     if (!f.string("model", &model_name, err) || !ctx.acquire(model_name, &job->model, err)) return false;
     bool seeded = false;
-    if (!read_sampling(f, {}, &job->params, &seeded, err) ||
+    if (!read_sampling(f, {.defaults = &ctx.opts.sampling}, &job->params, &seeded, err) ||
         !read_logit_bias(f, *job->model, &job->params.sampling, err))
         return false;
     int64_t max_tokens = ctx.opts.default_max_tokens;

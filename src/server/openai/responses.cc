@@ -261,7 +261,7 @@ bool parse_request(ServerContext& ctx, const json& body, Request* r, ApiError* e
         !f.boolean("store", &r->store, err))
         return false;
     bool seeded = false;
-    if (!read_sampling(f, {}, &r->params, &seeded, err)) return false;
+    if (!read_sampling(f, {.defaults = &ctx.opts.sampling}, &r->params, &seeded, err)) return false;
     r->temperature = echo_float(r->params.sampling.temperature);
     r->top_p = echo_float(r->params.sampling.top_p);
     if (!f.integer("max_output_tokens", 1, 1 << 24, &r->max_output_tokens, err)) return false;
