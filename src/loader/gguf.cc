@@ -262,8 +262,9 @@ Status GgufFile::parse_all(const uint8_t* data, size_t size) {
         auto info = dtype_info(type);
         if (!info || type == static_cast<uint32_t>(DType::kQ8_1) ||
             type == static_cast<uint32_t>(DType::kQ8_K)) {
+            const std::string_view name = ggml_type_name(type);
             return unimplemented(path_ + ": tensor '" + tv.name + "': unsupported tensor type " +
-                                 std::to_string(type));
+                                 (name.empty() ? std::to_string(type) : std::string(name) + " (ggml type " + std::to_string(type) + ")"));
         }
         tv.type = info->type;
         if (tv.ne[0] % info->block_elems != 0) {

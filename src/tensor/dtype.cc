@@ -1,5 +1,7 @@
 #include "tensor/dtype.h"
 
+#include <iterator>
+
 #include "core/check.h"
 
 namespace ferrox {
@@ -36,5 +38,16 @@ const DTypeInfo& dtype_info(DType type) {
 }
 
 std::string_view dtype_name(DType type) { return dtype_info(type).name; }
+
+std::string_view ggml_type_name(uint32_t ggml_type) {
+    // ggml's type ids (gguf-py's GGMLQuantizationType); the gaps are ids ggml removed.
+    static constexpr std::string_view kNames[] = {
+        "f32",     "f16",    "q4_0",    "q4_1",   "",       "",       "q5_0",  "q5_1",   "q8_0",   "q8_1",
+        "q2_K",    "q3_K",   "q4_K",    "q5_K",   "q6_K",   "q8_K",   "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
+        "iq4_nl",  "iq3_s",  "iq2_s",   "iq4_xs", "i8",     "i16",    "i32",   "i64",    "f64",    "iq1_m",
+        "bf16",    "",       "",        "",       "tq1_0",  "tq2_0",  "",      "",       "",       "mxfp4",
+        "nvfp4",   "q1_0"};
+    return ggml_type < std::size(kNames) ? kNames[ggml_type] : std::string_view();
+}
 
 }  // namespace ferrox

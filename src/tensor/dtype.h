@@ -39,6 +39,9 @@ struct DTypeInfo {
 std::optional<DTypeInfo> dtype_info(uint32_t ggml_type);
 const DTypeInfo& dtype_info(DType type);
 std::string_view dtype_name(DType type);
+// The name ggml gives a type id, supported or not ("q3_K", "iq4_xs", "mxfp4"), for messages;
+// empty for an id ggml does not define.
+std::string_view ggml_type_name(uint32_t ggml_type);
 
 // Bytes of a row of n elements (n a multiple of block_elems).
 inline int64_t dtype_row_bytes(DType type, int64_t n) {
