@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The server's layer rule (README.md, "Layout"): no file under src/server/ includes a header of
+"""The server's layer rule (docs/reference.md, "Source layout"): no file under src/server/ includes a header of
 model/, kernels/, loader/, tensor/ or tokenizer/. The server reaches the model only through the
 engine (engine/served_model.h, engine/request.h, engine/model_registry.h); the tokenizer, the
 loaded model, hyperparameters and KV details stay below that boundary.
@@ -57,7 +57,7 @@ def main():
         return 1
     for rel, line_no, text in found:
         print(f"src/{rel}:{line_no}: {text}: the server may not include {'/'.join(FORBIDDEN)} headers "
-              "(README.md, Layout): go through the engine", file=sys.stderr)
+              "(docs/reference.md, Source layout): go through the engine", file=sys.stderr)
     if found:
         return 1
     print(f"layering_test: {n_files} files under src/server include no model, kernels, loader, tensor "
