@@ -112,10 +112,12 @@ private:
     EngineMetrics metrics_;
     std::unique_ptr<BlockManager> blocks_;
     std::unique_ptr<KvStorage> storage_;
-    std::unique_ptr<Scheduler> scheduler_;
-    std::unique_ptr<Postprocessor> post_;
+    // Before the scheduler: the sequences it still holds when the core goes give their draft
+    // KV back to the draft model's pool, which spec_ owns.
     std::unique_ptr<Speculation> spec_;
     DraftModelProposer* draft_ = nullptr;  // spec_'s proposer, with a draft model
+    std::unique_ptr<Scheduler> scheduler_;
+    std::unique_ptr<Postprocessor> post_;
     BatchPlan plan_;
     std::vector<float> logits_;  // (rows, n_vocab): one row per entry that wants logits
 };
