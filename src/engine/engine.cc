@@ -40,10 +40,7 @@ Expected<std::shared_ptr<RequestHandle>> Engine::submit(std::vector<int32_t> pro
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_) return Status(StatusCode::kCancelled, "the server is shutting down");
-        if (m.n_waiting.load() >= core_->options().max_queue) {  // counts incoming_ and the core's queue
-            return Status(StatusCode::kResourceExhausted,
-                          "too many requests waiting (" + std::to_string(core_->options().max_queue) + ")");
-        }
+        FERROX_RETURN_IF_ERROR(core_->check_queue());  // counts incoming_ and the core's queue
         incoming_.push_back(std::move(s));
         m.n_waiting.fetch_add(1);
     }

@@ -104,11 +104,14 @@ Expected<std::unique_ptr<Sequence>> EngineCore::make_sequence(std::vector<int32_
     return s;
 }
 
+Status EngineCore::check_queue() const {
+    if (metrics_.n_waiting.load() < opts_.max_queue) return Status::ok();
+    return Status(StatusCode::kResourceExhausted, "too many requests waiting (" + std::to_string(opts_.max_queue) + ")");
+}
+
 Expected<std::shared_ptr<RequestHandle>> EngineCore::submit(std::vector<int32_t> prompt, GenerationParams params,
                                                             EventSink sink) {
-    if (metrics_.n_waiting.load() >= opts_.max_queue) {
-        return Status(StatusCode::kResourceExhausted, "too many requests waiting (" + std::to_string(opts_.max_queue) + ")");
-    }
+    FERROX_RETURN_IF_ERROR(check_queue());
     FERROX_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> s, make_sequence(std::move(prompt), std::move(params), std::move(sink)));
     auto handle = s->handle;
     metrics_.n_waiting.fetch_add(1);

@@ -65,6 +65,8 @@ public:
                                                       EventSink sink);
     // Queues a sequence that make_sequence made and metrics().n_waiting already counts.
     void enqueue(std::unique_ptr<Sequence> s) { scheduler_->add(std::move(s)); }
+    // kResourceExhausted when max_queue requests are waiting (metrics().n_waiting counts them).
+    Status check_queue() const;
     // make_sequence, counted and queued (kResourceExhausted when max_queue are waiting).
     Expected<std::shared_ptr<RequestHandle>> submit(std::vector<int32_t> prompt, GenerationParams params,
                                                     EventSink sink);

@@ -34,6 +34,12 @@ enum class KvType { kF16, kQ8_0 };
 const char* kv_type_name(KvType t);  // "f16", "q8_0"
 Expected<KvType> parse_kv_type(const std::string& name);
 
+// Bytes of n consecutive values of one position in a cache of this type (F16: 2 a value; Q8_0:
+// blocks of 32 with an F16 scale, 34 bytes; n % 32 == 0).
+constexpr size_t kv_values_bytes(KvType type, int64_t n) {
+    return type == KvType::kF16 ? static_cast<size_t>(n) * 2 : static_cast<size_t>(n) / 32 * 34;
+}
+
 struct KvGeometry {
     int n_layer = 0;
     int kv_dim = 0;      // n_head_kv * head_dim
@@ -41,9 +47,7 @@ struct KvGeometry {
     KvType type = KvType::kF16;
 
     // Bytes of one position's K (or V) row of one layer (all KV heads).
-    size_t row_bytes() const {
-        return type == KvType::kF16 ? static_cast<size_t>(kv_dim) * 2 : static_cast<size_t>(kv_dim) / 32 * 34;
-    }
+    size_t row_bytes() const { return kv_values_bytes(type, kv_dim); }
     size_t block_bytes() const { return static_cast<size_t>(n_layer) * 2 * block_size * row_bytes(); }
 };
 
@@ -66,9 +70,7 @@ public:
         return (v ? v_rows(block, il) : k_rows(block, il)) + static_cast<size_t>(kvh) * geo_.block_size * head_bytes(head_dim);
     }
     // Bytes of one position of one KV head.
-    size_t head_bytes(int head_dim) const {
-        return geo_.type == KvType::kF16 ? static_cast<size_t>(head_dim) * 2 : static_cast<size_t>(head_dim) / 32 * 34;
-    }
+    size_t head_bytes(int head_dim) const { return kv_values_bytes(geo_.type, head_dim); }
 
 private:
     size_t slab() const { return static_cast<size_t>(geo_.block_size) * geo_.row_bytes(); }

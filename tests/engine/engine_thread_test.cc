@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "support/bracket_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -82,24 +83,12 @@ class GateModel final : public ForwardModel {
     int hold_from_ = -1;  // forwards from this one on wait for release(); -1: none
 };
 
-std::string piece(int32_t t) { return t == 0 ? "" : "[" + std::to_string(t) + "]"; }
+std::string piece(int32_t t) { return bracket_piece(t); }  // support/bracket_vocab.h
 
 std::shared_ptr<LoadedModel> make_model() {
-    VocabSpec spec;
-    spec.kind = VocabKind::kBpe;
-    spec.pre = "default";
-    spec.tokens.push_back("<|endoftext|>");
-    spec.token_types.push_back(TokenType::kControl);
-    for (int i = 1; i < kVocab; ++i) {
-        spec.tokens.push_back(piece(i));
-        spec.token_types.push_back(TokenType::kNormal);
-    }
-    spec.eos_id = 0;
-    auto tok = Tokenizer::create(std::move(spec));
-    EXPECT_TRUE(tok.has_value()) << tok.status().message();
     auto m = std::make_shared<LoadedModel>();
     m->name = "gate";
-    m->tokenizer = std::move(*tok);
+    m->tokenizer = bracket_tokenizer(kVocab);
     m->stand_in = std::make_unique<GateModel>();
     return m;
 }

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "support/bracket_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferrox {
@@ -226,25 +227,12 @@ class FakeModel final : public ForwardModel {
     std::unordered_map<int32_t, const int32_t*> written_;  // block -> the block table writing it
 };
 
-// Token i > 0 is the text "[i]"; 0 is the control token <|endoftext|> (EOS, no text).
-std::string piece(int32_t t) { return t == kEos ? "" : "[" + std::to_string(t) + "]"; }
+std::string piece(int32_t t) { return bracket_piece(t); }  // support/bracket_vocab.h
 
 std::shared_ptr<LoadedModel> make_fake_model(int wrong_one_in = 0, int n_vocab = kVocab) {
-    VocabSpec spec;
-    spec.kind = VocabKind::kBpe;
-    spec.pre = "default";
-    spec.tokens.push_back("<|endoftext|>");
-    spec.token_types.push_back(TokenType::kControl);
-    for (int i = 1; i < kVocab; ++i) {
-        spec.tokens.push_back(piece(i));
-        spec.token_types.push_back(TokenType::kNormal);
-    }
-    spec.eos_id = kEos;
-    auto tok = Tokenizer::create(std::move(spec));
-    EXPECT_TRUE(tok.has_value()) << tok.status().message();
     auto m = std::make_shared<LoadedModel>();
     m->name = "fake";
-    m->tokenizer = std::move(*tok);
+    m->tokenizer = bracket_tokenizer(kVocab);
     m->stand_in = std::make_unique<FakeModel>(wrong_one_in, n_vocab);
     return m;
 }
