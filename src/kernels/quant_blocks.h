@@ -8,7 +8,7 @@
 //   The 5th bit of element j (Q5_*) is bit j of the little-endian uint32 qh.
 // fp16 fields are IEEE half bit patterns (convert with fp16_to_fp32).
 //
-// All structs have 2-byte alignment at most (Q8_K: 4), so a row of blocks needs no padding and
+// All structs have 2-byte alignment at most (Q8_K: 4; MXFP4: 1, 17-byte blocks), so a row of blocks needs no padding and
 // a pointer into a GGUF tensor (32-byte aligned data section) is always suitably aligned.
 
 #include <cstdint>
@@ -100,6 +100,66 @@ struct BlockQ6_K {
     uint16_t d;
 };
 
+// 2-bit K-format: 256 elements in 16 sub-blocks of 16. Sub-block j has a 4-bit scale and a
+// 4-bit min in scales[j] (scale in the low nibble, min in the high one):
+//   value = d * (scales[j] & 15) * q - dmin * (scales[j] >> 4), q in [0, 3].
+// qs: two halves of 128 elements; element 128h + 32s + l (s, l: 0..3, 0..31) is bits 2s, 2s+1
+// of qs[32h + l]. So sub-block j = e / 16 = 8h + 2s + l / 16. Note d and dmin come last.
+struct BlockQ2_K {
+    uint8_t scales[kQK_K / 16];
+    uint8_t qs[kQK_K / 4];
+    uint16_t d;
+    uint16_t dmin;
+};
+
+// 3-bit K-format: 256 elements in 16 sub-blocks of 16, value = d * (sc_j - 32) * q,
+// q in [-4, 3]: q = (2 low bits) - (high bit clear ? 4 : 0).
+// Element 128h + 32s + l (h 0..1, s 0..3, l 0..31): low bits = bits 2s, 2s+1 of qs[32h + l]
+// (as Q2_K), high bit = bit 4h + s of hmask[l].
+// scales[12]: 16 6-bit scales sc_j (stored with +32, so sc_j - 32 in [-32, 31]):
+//   low 4 bits:  j < 8 ? s[j] & 15 : s[j - 8] >> 4
+//   high 2 bits: (s[8 + j % 4] >> (2 * (j / 4))) & 3
+struct BlockQ3_K {
+    uint8_t hmask[kQK_K / 8];
+    uint8_t qs[kQK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+};
+
+// Non-linear 4-bit: value = d * kIQ4NLValues[q], q in [0, 15]; qs as Q4_0 (element j in the
+// low nibble of qs[j], element j + 16 in the high nibble).
+struct BlockIQ4_NL {
+    uint16_t d;
+    uint8_t qs[kQK / 2];
+};
+
+// Non-linear 4-bit with 256-element super-blocks: 8 sub-blocks of 32, sub-block j with a 6-bit
+// scale ls_j (stored with +32): ls_j = (scales_l[j / 2] >> (4 * (j % 2))) & 15 |
+// ((scales_h >> 2j) & 3) << 4, value = d * (ls_j - 32) * kIQ4NLValues[q].
+// qs[16j .. 16j + 15] hold sub-block j as IQ4_NL's qs (element 32j + l low nibble of
+// qs[16j + l], element 32j + 16 + l its high nibble).
+struct BlockIQ4_XS {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[kQK_K / 64];
+    uint8_t qs[kQK_K / 2];
+};
+
+// OCP microscaling FP4: 32 E2M1 values sharing an E8M0 exponent e. With the E2M1 values
+// doubled to integers (kMXFP4Values), value = kMXFP4Values[q] * 2^(e - 128) (half the E8M0
+// scale 2^(e - 127); e < 2 gives the float32 denormals 2^-128, 2^-127 as ggml computes them).
+// qs as Q4_0. One byte of scale: 17-byte blocks, alignment 1.
+struct BlockMXFP4 {
+    uint8_t e;
+    uint8_t qs[kQK / 2];
+};
+
+// IQ4_NL's and IQ4_XS's 16 levels (the format's table, ggml's kvalues_iq4nl).
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// E2M1's 16 values times 2 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives): MXFP4's levels.
+inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // Activation partner of the K-formats: value = d * q (d is a float32, not fp16);
 // bsums[j] = sum of qs[16j .. 16j+15], used to apply the K-formats' mins and offsets cheaply.
 struct BlockQ8_K {
@@ -118,6 +178,11 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockMXFP4) == 17);
 
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block.
 inline void kquant_scale_min(const uint8_t* s, int j, uint8_t* sc, uint8_t* m) {
@@ -128,6 +193,25 @@ inline void kquant_scale_min(const uint8_t* s, int j, uint8_t* sc, uint8_t* m) {
         *sc = static_cast<uint8_t>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
         *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
+}
+
+// Q3_K's scale j (0..15) as stored, in [0, 63] (subtract 32 for the signed scale).
+inline int q3k_scale(const uint8_t* s, int j) {
+    const int lo = j < 8 ? (s[j] & 15) : (s[j - 8] >> 4);
+    return lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
+// IQ4_XS's scale j (0..7) as stored, in [0, 63] (subtract 32 for the signed scale).
+inline int iq4xs_scale(uint16_t scales_h, const uint8_t* scales_l, int j) {
+    return ((scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((scales_h >> (2 * j)) & 3) << 4);
+}
+
+// MXFP4's block scale 2^(e - 128) as ggml's ggml_e8m0_to_fp32_half computes it.
+inline float mxfp4_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
 }
 
 }  // namespace ferrox

@@ -31,18 +31,21 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
 
 // Any type of DType. The 32-element formats and Q8_K round exactly as ggml's reference
 // quantizers (quantize_row_*_ref in ggml-quants.c), so activation rows are byte-identical to
-// llama.cpp's scalar path. Q4_K/Q5_K/Q6_K use a plain min/max (or abs-max) fit: valid blocks
-// with a documented error bound, but not llama-quantize's error-searching fit, so their bytes
-// differ from a GGUF file's; they exist for tests and tools, not to write model files.
+// llama.cpp's scalar path. Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 use a plain min/max
+// (or abs-max) fit, each documented with its error bound in quants_ref.cc: valid blocks, but
+// not llama-quantize's error-searching fit (nor its importance matrix), so their bytes differ
+// from a GGUF file's; they exist for tests and tools, not to write model files.
 void quantize_row_ref(DType type, const float* src, void* dst, int64_t n);
 
 // Dot product of one weight row of weight_type with one activation row of
 // vec_dot_type(weight_type). F32/F16/BF16 accumulate in double; quantized types sum integer
-// products per block and scale in float, as ggml's generic C code does.
+// products per block and scale in float, as ggml's generic C code does (IQ4_XS: one integer sum
+// per super-block, its 6-bit scales applied as integers, where ggml scales each 32 in float).
 float vec_dot_ref(DType weight_type, int64_t n, const void* w, const void* a);
 
 // The activation type a weight type is multiplied with:
-// Q4_0, Q5_0, Q8_0 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q4_K, Q5_K, Q6_K -> Q8_K; F32/F16/BF16 -> same.
+// Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_XS -> Q8_K; F32/F16/BF16 -> same.
 // CHECK-fails for types that are not weight types (Q8_1, Q8_K).
 DType vec_dot_type(DType weight_type);
 

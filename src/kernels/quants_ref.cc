@@ -402,19 +402,20 @@ void pack_kquant_scales(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
     }
 }
 
-// Shared fit of Q4_K (nmax 15) and Q5_K (nmax 31): per sub-block of 32, min_j = -min(0, x)
-// and scale_j = (max - min) / nmax; d = max scale_j / 63, dmin = max min_j / 63. The 6-bit
-// mins are rounded up (so x + dmin*m_j >= 0: no clamp at 0) and the 6-bit scales are rounded
-// up after that (so the top of the sub-block fits in nmax steps), unless that needs a scale
-// above 63. Max error per element: half a step of its sub-block, d*sc_j/2 <= (scale_j + d +
-// dmin/nmax)/2, plus at most dmin where the 63 cap bites.
-void fit_kquant(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales,
-                uint8_t* q) {
-    float scale[8], mins[8], tops[8];
+// Shared scale-and-min fit of the K-formats (Q2_K: 16 sub-blocks of 16, 2-bit quants, 4-bit
+// scales; Q4_K/Q5_K: 8 of 32, 4/5-bit quants, 6-bit scales): per sub-block j,
+// min_j = -min(0, x) and scale_j = (max - min) / nmax; d = max scale_j / smax, dmin = max min_j
+// / smax. The mins are rounded up (so x + dmin*m_j >= 0: no clamp at 0) and the scales are
+// rounded up after that (so the top of the sub-block fits in nmax steps), unless that needs a
+// scale above smax. Max error per element: half a step of its sub-block, d*sc_j/2 <=
+// (scale_j + d + dmin/nmax)/2, plus at most dmin where the smax cap bites.
+void fit_scale_min(const float* x, int n_sub, int sub_len, int nmax, int smax, uint16_t* d_out,
+                   uint16_t* dmin_out, uint8_t* sc, uint8_t* m, uint8_t* q) {
+    float scale[16], mins[16], tops[16];
     float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < n_sub; ++j) {
         float mn, mx;
-        min_max(x + 32 * j, 32, &mn, &mx);
+        min_max(x + sub_len * j, sub_len, &mn, &mx);
         mn = std::min(mn, 0.f);
         mx = std::max(mx, 0.f);
         mins[j] = -mn;
@@ -423,22 +424,29 @@ void fit_kquant(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, u
         max_scale = std::max(max_scale, scale[j]);
         max_min = std::max(max_min, mins[j]);
     }
-    *d_out = f2h(max_scale / 63.f);
-    *dmin_out = f2h(max_min / 63.f);
+    const float fsmax = static_cast<float>(smax);
+    *d_out = f2h(max_scale / fsmax);
+    *dmin_out = f2h(max_min / fsmax);
     const float d = h2f(*d_out), dmin = h2f(*dmin_out);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) {
-        m[j] = dmin > 0 ? static_cast<uint8_t>(std::min(63.f, std::ceil(mins[j] / dmin))) : 0;
+    for (int j = 0; j < n_sub; ++j) {
+        m[j] = dmin > 0 ? static_cast<uint8_t>(std::min(fsmax, std::ceil(mins[j] / dmin))) : 0;
         const float dm = dmin * m[j];
         const float need = (tops[j] + dm) / (d * static_cast<float>(nmax));
-        sc[j] = d > 0 ? static_cast<uint8_t>(std::clamp(std::ceil(need), 0.f, 63.f)) : 0;
+        sc[j] = d > 0 ? static_cast<uint8_t>(std::clamp(std::ceil(need), 0.f, fsmax)) : 0;
         const float ds = d * sc[j];
-        for (int l = 0; l < 32; ++l) {
-            const int e = 32 * j + l;
-            q[e] = ds > 0 ? static_cast<uint8_t>(std::clamp(nearest_int((x[e] + dm) / ds), 0, nmax))
-                          : 0;
+        for (int l = 0; l < sub_len; ++l) {
+            const int e = sub_len * j + l;
+            q[e] = ds > 0 ? static_cast<uint8_t>(std::clamp(nearest_int((x[e] + dm) / ds), 0, nmax)) : 0;
         }
     }
+}
+
+// Q4_K (nmax 15) and Q5_K (nmax 31): fit_scale_min over 8 sub-blocks of 32 with 6-bit scales
+// and mins, packed into the 12 scale bytes.
+void fit_kquant(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales,
+                uint8_t* q) {
+    uint8_t sc[8], m[8];
+    fit_scale_min(x, 8, 32, nmax, 63, d_out, dmin_out, sc, m, q);
     pack_kquant_scales(sc, m, scales);
 }
 
@@ -581,6 +589,272 @@ float dot_q6_k(int64_t n, const void* w, const void* a) {
     return sum;
 }
 
+// ---- low-bit formats: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 ----
+
+// 2-bit quant of element e (0..255) of a Q2_K/Q3_K qs array.
+inline int q2_bits(const uint8_t* qs, int e) {
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+// Q3_K element e: q in [-4, 3].
+inline int q3k_value(const BlockQ3_K& b, int e) {
+    const int hbit = (b.hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
+    return q2_bits(b.qs, e) - (hbit ? 0 : 4);
+}
+inline void q2_pack(const uint8_t* q, uint8_t* qs) {
+    std::memset(qs, 0, kQK_K / 4);
+    for (int e = 0; e < kQK_K; ++e)
+        qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q[e] & 3) << (2 * ((e % 128) / 32)));
+}
+// Nibble index q of 32-element block element j (0..31), qs as Q4_0's.
+inline int nib(const uint8_t* qs, int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
+inline void nib_pack(const uint8_t* q, uint8_t* qs) {
+    for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+// The index of the level of table (16 entries, sorted within the considered range) nearest
+// to v (the first on ties).
+inline uint8_t nearest_level(const int8_t* table, float v) {
+    int best = 0;
+    float err = std::fabs(v - table[0]);
+    for (int k = 1; k < 16; ++k) {
+        const float e = std::fabs(v - table[k]);
+        if (e < err) err = e, best = k;
+    }
+    return static_cast<uint8_t>(best);
+}
+
+void dequant_q2_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ2_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int e = 0; e < kQK_K; ++e) {
+            const uint8_t sc = b[i].scales[e / 16];
+            dst[e] = d * static_cast<float>(sc & 15) * static_cast<float>(q2_bits(b[i].qs, e)) -
+                     dmin * static_cast<float>(sc >> 4);
+        }
+    }
+}
+
+// fit_scale_min with nmax 3 and 4-bit scales and mins.
+void quant_q2_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ2_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        uint8_t sc[16], m[16], q[kQK_K];
+        fit_scale_min(x, 16, 16, 3, 15, &b[i].d, &b[i].dmin, sc, m, q);
+        for (int j = 0; j < 16; ++j) b[i].scales[j] = static_cast<uint8_t>(sc[j] | (m[j] << 4));
+        q2_pack(q, b[i].qs);
+    }
+}
+
+void dequant_q3_k(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockQ3_K*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d);
+        for (int e = 0; e < kQK_K; ++e)
+            dst[e] = d * static_cast<float>(q3k_scale(b[i].scales, e / 16) - 32) *
+                     static_cast<float>(q3k_value(b[i], e));
+    }
+}
+
+// Symmetric, as Q6_K's fit: per sub-block of 16, scale_j = amax_j / 3 (q in [-3, 3]: the level
+// -4 goes unused); d = max scale_j / 31 and the 6-bit scales (only the non-negative half of
+// [-32, 31]) are rounded up, so no element clamps. Max error: half a step, d*sc_j/2 <=
+// (amax_j/3 + d)/2.
+void quant_q3_k(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockQ3_K*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        float scale[16], max_scale = 0;
+        for (int j = 0; j < 16; ++j) {
+            scale[j] = absmax(x + 16 * j, 16) / 3.f;
+            max_scale = std::max(max_scale, scale[j]);
+        }
+        b[i].d = f2h(max_scale / 31.f);
+        const float d = h2f(b[i].d);
+        uint8_t q[kQK_K];
+        std::memset(b[i].scales, 0, sizeof(b[i].scales));
+        std::memset(b[i].hmask, 0, sizeof(b[i].hmask));
+        for (int j = 0; j < 16; ++j) {
+            const int sc = d > 0 ? static_cast<int>(std::min(31.f, std::ceil(scale[j] / d))) : 0;
+            const int stored = sc + 32;
+            b[i].scales[j % 8] |= static_cast<uint8_t>((stored & 15) << (j < 8 ? 0 : 4));
+            b[i].scales[8 + j % 4] |= static_cast<uint8_t>((stored >> 4) << (2 * (j / 4)));
+            const float ds = d * static_cast<float>(sc);
+            for (int l = 0; l < 16; ++l) {
+                const int e = 16 * j + l;
+                const int v = ds > 0 ? std::clamp(nearest_int(x[e] / ds), -4, 3) : 0;
+                q[e] = static_cast<uint8_t>(v + 4);  // bits 0-1 low, bit 2 the high bit
+                b[i].hmask[e % 32] |= static_cast<uint8_t>(((v + 4) >> 2) << (4 * (e / 128) + (e % 128) / 32));
+            }
+        }
+        q2_pack(q, b[i].qs);
+    }
+}
+
+void dequant_iq4_nl(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockIQ4_NL*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(kIQ4NLValues[nib(b[i].qs, j)]);
+    }
+}
+
+// The signed abs-max maps to the level -127 (d = max / -127), every element to its nearest
+// level. Max error: half the widest gap between levels (24), or where x / d lies above the top
+// level 113 (up to 127), 14 steps of d: 14 * amax / 127.
+void quant_iq4_nl(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockIQ4_NL*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        b[i].d = f2h(signed_absmax(x, kQK) / -127.f);
+        const float d = h2f(b[i].d);
+        uint8_t q[kQK];
+        for (int j = 0; j < kQK; ++j) q[j] = d != 0 ? nearest_level(kIQ4NLValues, x[j] / d) : 8;
+        nib_pack(q, b[i].qs);
+    }
+}
+
+void dequant_iq4_xs(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockIQ4_XS*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        const float d = h2f(b[i].d);
+        for (int j = 0; j < 8; ++j) {
+            const float dl = d * static_cast<float>(iq4xs_scale(b[i].scales_h, b[i].scales_l, j) - 32);
+            for (int l = 0; l < 32; ++l)
+                dst[32 * j + l] = dl * static_cast<float>(kIQ4NLValues[nib(b[i].qs + 16 * j, l)]);
+        }
+    }
+}
+
+// Per sub-block of 32, IQ4_NL's fit with scale_j = max_j / -127 (signed); d = max |scale_j| / 31,
+// and ls_j = scale_j / d rounded away from zero (|d * ls_j| >= |scale_j|: every x / (d * ls_j)
+// stays within [-127, 127]). Max error: 14 steps of d * |ls_j| <= |scale_j| + d.
+void quant_iq4_xs(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockIQ4_XS*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, x += kQK_K) {
+        float scale[8], max_scale = 0;
+        for (int j = 0; j < 8; ++j) {
+            scale[j] = signed_absmax(x + 32 * j, 32) / -127.f;
+            max_scale = std::max(max_scale, std::fabs(scale[j]));
+        }
+        b[i].d = f2h(max_scale / 31.f);
+        const float d = h2f(b[i].d);
+        b[i].scales_h = 0;
+        std::memset(b[i].scales_l, 0, sizeof(b[i].scales_l));
+        for (int j = 0; j < 8; ++j) {
+            const float r = d > 0 ? scale[j] / d : 0.f;
+            const int ls = static_cast<int>(std::clamp(r < 0 ? std::floor(r) : std::ceil(r), -32.f, 31.f));
+            const int stored = ls + 32;
+            b[i].scales_l[j / 2] |= static_cast<uint8_t>((stored & 15) << (4 * (j % 2)));
+            b[i].scales_h = static_cast<uint16_t>(b[i].scales_h | ((stored >> 4) << (2 * j)));
+            const float ds = d * static_cast<float>(ls);
+            uint8_t q[32];
+            for (int l = 0; l < 32; ++l) q[l] = ds != 0 ? nearest_level(kIQ4NLValues, x[32 * j + l] / ds) : 8;
+            nib_pack(q, b[i].qs + 16 * j);
+        }
+    }
+}
+
+void dequant_mxfp4(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockMXFP4*>(src);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, dst += kQK) {
+        const float d = mxfp4_scale(b[i].e);
+        for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(kMXFP4Values[nib(b[i].qs, j)]) * d;
+    }
+}
+
+// The smallest exponent whose scale d = 2^(e - 128) takes the abs-max within the top level
+// (12 * d >= amax), every element to its nearest level. Max error: half the widest gap (4),
+// 2 * d < amax / 3 (the exponent below would have 12 * d / 2 < amax).
+void quant_mxfp4(const float* x, void* dst, int64_t n) {
+    auto* b = static_cast<BlockMXFP4*>(dst);
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i, x += kQK) {
+        const float amax = absmax(x, kQK);
+        int e = 0;
+        while (e < 254 && 12.f * mxfp4_scale(static_cast<uint8_t>(e)) < amax) ++e;
+        b[i].e = static_cast<uint8_t>(e);
+        const float d = mxfp4_scale(b[i].e);
+        uint8_t q[kQK];
+        for (int j = 0; j < kQK; ++j) q[j] = nearest_level(kMXFP4Values, x[j] / d);
+        nib_pack(q, b[i].qs);
+    }
+}
+
+// The low-bit formats' dot products: one exact integer sum per (super-)block, scaled in float.
+// Q2_K as Q4_K: sum_j sc_j * sum(q * y) and sum_j m_j * bsums_j, then
+// y.d * d * sumq - y.d * dmin * summ. Q3_K and IQ4_XS as Q6_K: sum_j (sc_j - 32) * sum(q * y),
+// times y.d * d. IQ4_NL and MXFP4 as Q4_0: block_add(dx * dy, sum(v * y)).
+float dot_q2_k(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ2_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int sum_q = 0, sum_m = 0;
+        for (int j = 0; j < 16; ++j) {
+            int s = 0;
+            for (int e = 16 * j; e < 16 * j + 16; ++e) s += q2_bits(x[i].qs, e) * y[i].qs[e];
+            sum_q += (x[i].scales[j] & 15) * s;
+            sum_m += (x[i].scales[j] >> 4) * y[i].bsums[j];
+        }
+        sum += y[i].d * h2f(x[i].d) * static_cast<float>(sum_q) -
+               y[i].d * h2f(x[i].dmin) * static_cast<float>(sum_m);
+    }
+    return sum;
+}
+
+float dot_q3_k(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockQ3_K*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) {
+            int sj = 0;
+            for (int e = 16 * j; e < 16 * j + 16; ++e) sj += q3k_value(x[i], e) * y[i].qs[e];
+            s += (q3k_scale(x[i].scales, j) - 32) * sj;
+        }
+        sum += y[i].d * h2f(x[i].d) * static_cast<float>(s);
+    }
+    return sum;
+}
+
+float dot_iq4_nl(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockIQ4_NL*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        int s = 0;
+        for (int j = 0; j < kQK; ++j) s += kIQ4NLValues[nib(x[i].qs, j)] * y[i].qs[j];
+        sum = block_add(h2f(x[i].d) * h2f(y[i].d), s, sum);
+    }
+    return sum;
+}
+
+float dot_iq4_xs(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockIQ4_XS*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        int s = 0;
+        for (int j = 0; j < 8; ++j) {
+            int sj = 0;
+            for (int l = 0; l < 32; ++l) sj += kIQ4NLValues[nib(x[i].qs + 16 * j, l)] * y[i].qs[32 * j + l];
+            s += (iq4xs_scale(x[i].scales_h, x[i].scales_l, j) - 32) * sj;
+        }
+        sum += y[i].d * h2f(x[i].d) * static_cast<float>(s);
+    }
+    return sum;
+}
+
+float dot_mxfp4(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockMXFP4*>(w);
+    const auto* y = static_cast<const BlockQ8_0*>(a);
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK); ++i) {
+        int s = 0;
+        for (int j = 0; j < kQK; ++j) s += kMXFP4Values[nib(x[i].qs, j)] * y[i].qs[j];
+        sum = block_add(mxfp4_scale(x[i].e) * h2f(y[i].d), s, sum);
+    }
+    return sum;
+}
+
 // ---- per-type dispatch of the *_ref entry points ----
 
 struct RefFns {
@@ -603,6 +877,11 @@ constexpr RefFns kRef[] = {
     {DType::kQ4_K, dequant_q4_k, quant_q4_k, dot_q4_k, DType::kQ8_K},
     {DType::kQ5_K, dequant_q5_k, quant_q5_k, dot_q5_k, DType::kQ8_K},
     {DType::kQ6_K, dequant_q6_k, quant_q6_k, dot_q6_k, DType::kQ8_K},
+    {DType::kQ2_K, dequant_q2_k, quant_q2_k, dot_q2_k, DType::kQ8_K},
+    {DType::kQ3_K, dequant_q3_k, quant_q3_k, dot_q3_k, DType::kQ8_K},
+    {DType::kIQ4_NL, dequant_iq4_nl, quant_iq4_nl, dot_iq4_nl, DType::kQ8_0},
+    {DType::kIQ4_XS, dequant_iq4_xs, quant_iq4_xs, dot_iq4_xs, DType::kQ8_K},
+    {DType::kMXFP4, dequant_mxfp4, quant_mxfp4, dot_mxfp4, DType::kQ8_0},
     // activation-only types
     {DType::kQ8_1, dequant_q8_1, quant_q8_1, nullptr, DType::kQ8_1},
     {DType::kQ8_K, dequant_q8_k, detail::quantize_row_q8_k_ref, nullptr, DType::kQ8_K},
@@ -668,6 +947,11 @@ void fill_scalar_quant_kernels(QuantKernels* table) {
     table[8].vec_dot_rows = vec_dot_rows_loop<dot_q4_k>;
     table[9].vec_dot_rows = vec_dot_rows_loop<dot_q5_k>;
     table[10].vec_dot_rows = vec_dot_rows_loop<dot_q6_k>;
+    table[11].vec_dot_rows = vec_dot_rows_loop<dot_q2_k>;
+    table[12].vec_dot_rows = vec_dot_rows_loop<dot_q3_k>;
+    table[13].vec_dot_rows = vec_dot_rows_loop<dot_iq4_nl>;
+    table[14].vec_dot_rows = vec_dot_rows_loop<dot_iq4_xs>;
+    table[15].vec_dot_rows = vec_dot_rows_loop<dot_mxfp4>;
 }
 
 }  // namespace detail

@@ -16,11 +16,16 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kQ5_1, "q5_1", 32, 24, true},
     {DType::kQ8_0, "q8_0", 32, 34, true},
     {DType::kQ8_1, "q8_1", 32, 36, true},
+    {DType::kQ2_K, "q2_K", 256, 84, true},
+    {DType::kQ3_K, "q3_K", 256, 110, true},
     {DType::kQ4_K, "q4_K", 256, 144, true},
     {DType::kQ5_K, "q5_K", 256, 176, true},
     {DType::kQ6_K, "q6_K", 256, 210, true},
     {DType::kQ8_K, "q8_K", 256, 292, true},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18, true},
+    {DType::kIQ4_XS, "iq4_xs", 256, 136, true},
     {DType::kBF16, "bf16", 1, 2, false},
+    {DType::kMXFP4, "mxfp4", 32, 17, true},
 };
 }  // namespace
 

@@ -19,11 +19,16 @@ enum class DType : uint32_t {
     kQ5_1 = 7,
     kQ8_0 = 8,
     kQ8_1 = 9,  // activations only (the partner of Q4_1/Q5_1 dot products)
+    kQ2_K = 10,
+    kQ3_K = 11,
     kQ4_K = 12,
     kQ5_K = 13,
     kQ6_K = 14,
     kQ8_K = 15,  // activations only (the partner of K-quant dot products)
+    kIQ4_NL = 20,
+    kIQ4_XS = 23,
     kBF16 = 30,
+    kMXFP4 = 39,
 };
 
 struct DTypeInfo {
@@ -39,7 +44,7 @@ struct DTypeInfo {
 std::optional<DTypeInfo> dtype_info(uint32_t ggml_type);
 const DTypeInfo& dtype_info(DType type);
 std::string_view dtype_name(DType type);
-// The name ggml gives a type id, supported or not ("q3_K", "iq4_xs", "mxfp4"), for messages;
+// The name ggml gives a type id, supported or not ("iq2_xxs", "iq3_s", "tq1_0"), for messages;
 // empty for an id ggml does not define.
 std::string_view ggml_type_name(uint32_t ggml_type);
 

@@ -17,6 +17,8 @@ from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
 
 rng = np.random.default_rng(20240613)
+# The formats added later draw from their own stream, so the earlier cases keep their bytes.
+rng_lowbit = np.random.default_rng(20261208)
 
 
 def f16_bytes(v):
@@ -24,6 +26,7 @@ def f16_bytes(v):
 
 
 def random_blocks(qtype, n_blocks):
+    rng = rng_lowbit if qtype in (T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4) else globals()["rng"]
     block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
     b = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     for i in range(n_blocks):
@@ -37,6 +40,16 @@ def random_blocks(qtype, n_blocks):
             b[i, 2:4] = f16_bytes(rng.uniform(0.001, 0.05))
         elif qtype == T.Q6_K:
             b[i, 208:210] = f16_bytes(rng.uniform(-0.02, 0.02))
+        elif qtype == T.Q2_K:
+            b[i, 80:82] = f16_bytes(rng.uniform(0.001, 0.05))
+            b[i, 82:84] = f16_bytes(rng.uniform(0.001, 0.05))
+        elif qtype == T.Q3_K:
+            b[i, 108:110] = f16_bytes(rng.uniform(-0.02, 0.02))
+        elif qtype in (T.IQ4_NL, T.IQ4_XS):
+            b[i, 0:2] = f16_bytes(rng.uniform(-0.02, 0.02))
+        elif qtype == T.MXFP4:
+            # E8M0 exponent: the block scale 2^(e - 128); 0 and 1 give the float denormals.
+            b[i, 0] = [0, 1, 2, 100, 127, 128, 140, 150][i % 8]
     return b
 
 
@@ -71,7 +84,9 @@ def main():
                                                       np.__version__))
     dequant_types = [("kQ4_0", T.Q4_0, 4), ("kQ4_1", T.Q4_1, 4), ("kQ5_0", T.Q5_0, 4),
                      ("kQ5_1", T.Q5_1, 4), ("kQ8_0", T.Q8_0, 4), ("kQ4_K", T.Q4_K, 2),
-                     ("kQ5_K", T.Q5_K, 2), ("kQ6_K", T.Q6_K, 2)]
+                     ("kQ5_K", T.Q5_K, 2), ("kQ6_K", T.Q6_K, 2), ("kQ2_K", T.Q2_K, 2),
+                     ("kQ3_K", T.Q3_K, 2), ("kIQ4_NL", T.IQ4_NL, 4), ("kIQ4_XS", T.IQ4_XS, 2),
+                     ("kMXFP4", T.MXFP4, 8)]
     entries = []
     for name, qt, nb in dequant_types:
         b = random_blocks(qt, nb)

@@ -31,12 +31,14 @@ struct GoldenCase {
 };
 #include "kernels/quant_golden.inc"
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
-                              DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-const DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
-                           DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ8_1, DType::kQ4_K,
-                           DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,  DType::kQ4_0,   DType::kQ4_1,
+                              DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,  DType::kQ4_K,   DType::kQ5_K,
+                              DType::kQ6_K, DType::kQ2_K, DType::kQ3_K,  DType::kIQ4_NL, DType::kIQ4_XS,
+                              DType::kMXFP4};
+const DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,   DType::kQ4_0,   DType::kQ4_1,
+                           DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,   DType::kQ8_1,   DType::kQ4_K,
+                           DType::kQ5_K, DType::kQ6_K, DType::kQ8_K,   DType::kQ2_K,   DType::kQ3_K,
+                           DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 std::string type_name(DType t) { return std::string(dtype_name(t)); }
 
@@ -65,6 +67,20 @@ TEST(QuantLayout, BlockSizesMatchDtypeInfo) {
     EXPECT_EQ(dtype_info(DType::kQ5_K).block_bytes, static_cast<int64_t>(sizeof(BlockQ5_K)));
     EXPECT_EQ(dtype_info(DType::kQ6_K).block_bytes, static_cast<int64_t>(sizeof(BlockQ6_K)));
     EXPECT_EQ(dtype_info(DType::kQ8_K).block_bytes, static_cast<int64_t>(sizeof(BlockQ8_K)));
+    EXPECT_EQ(dtype_info(DType::kQ2_K).block_bytes, static_cast<int64_t>(sizeof(BlockQ2_K)));
+    EXPECT_EQ(dtype_info(DType::kQ3_K).block_bytes, static_cast<int64_t>(sizeof(BlockQ3_K)));
+    EXPECT_EQ(dtype_info(DType::kIQ4_NL).block_bytes, static_cast<int64_t>(sizeof(BlockIQ4_NL)));
+    EXPECT_EQ(dtype_info(DType::kIQ4_XS).block_bytes, static_cast<int64_t>(sizeof(BlockIQ4_XS)));
+    EXPECT_EQ(dtype_info(DType::kMXFP4).block_bytes, static_cast<int64_t>(sizeof(BlockMXFP4)));
+    EXPECT_EQ(offsetof(BlockQ2_K, d), 80u);
+    EXPECT_EQ(offsetof(BlockQ3_K, d), 108u);
+    EXPECT_EQ(offsetof(BlockIQ4_XS, qs), 8u);
+    // ggml's type ids and names.
+    EXPECT_EQ(dtype_info(10)->type, DType::kQ2_K);
+    EXPECT_EQ(dtype_info(11)->name, "q3_K");
+    EXPECT_EQ(dtype_info(20)->name, "iq4_nl");
+    EXPECT_EQ(dtype_info(23)->name, "iq4_xs");
+    EXPECT_EQ(dtype_info(39)->name, "mxfp4");
     EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
     EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
     EXPECT_EQ(offsetof(BlockQ8_K, bsums), 260u);
@@ -79,6 +95,11 @@ TEST(QuantLayout, VecDotTypesAsGgml) {
     EXPECT_EQ(vec_dot_type(DType::kQ4_K), DType::kQ8_K);
     EXPECT_EQ(vec_dot_type(DType::kQ5_K), DType::kQ8_K);
     EXPECT_EQ(vec_dot_type(DType::kQ6_K), DType::kQ8_K);
+    EXPECT_EQ(vec_dot_type(DType::kQ2_K), DType::kQ8_K);
+    EXPECT_EQ(vec_dot_type(DType::kQ3_K), DType::kQ8_K);
+    EXPECT_EQ(vec_dot_type(DType::kIQ4_XS), DType::kQ8_K);
+    EXPECT_EQ(vec_dot_type(DType::kIQ4_NL), DType::kQ8_0);
+    EXPECT_EQ(vec_dot_type(DType::kMXFP4), DType::kQ8_0);
     EXPECT_EQ(vec_dot_type(DType::kF16), DType::kF16);
     EXPECT_EQ(vec_dot_type(DType::kBF16), DType::kBF16);
     EXPECT_EQ(vec_dot_type(DType::kF32), DType::kF32);
@@ -400,6 +421,61 @@ std::vector<double> error_bounds(DType t, const std::vector<float>& x) {
                 }
             }
             break;
+        case DType::kQ2_K: {
+            // See fit_scale_min (nmax 3, 4-bit scales): as Q4_K with 16 sub-blocks of 16.
+            for (int64_t b = 0; b < n; b += 256) {
+                double s_max = 0, m_max = 0;
+                for (int j = 0; j < 16; ++j) {
+                    double mn, mx;
+                    minmax_of(b + 16 * j, 16, &mn, &mx);
+                    mn = std::min(mn, 0.0);
+                    mx = std::max(mx, 0.0);
+                    s_max = std::max(s_max, (mx - mn) / 3);
+                    m_max = std::max(m_max, -mn);
+                }
+                const double d = s_max / 15, dmin = m_max / 15;
+                const double bnd = 0.5 * (s_max + d + dmin / 3) + dmin + 3 * s_max * ulp16 + 1e-6;
+                for (int64_t i = b; i < b + 256; ++i) bound[i] = bnd;
+            }
+            break;
+        }
+        case DType::kQ3_K:
+            // See quant_q3_k: half a step of d*sc_j <= amax_j/3 + d, d = max_j(amax_j/3)/31.
+            for (int64_t b = 0; b < n; b += 256) {
+                const double d = amax_of(b, 256) / 3 / 31;
+                for (int j = 0; j < 16; ++j) {
+                    const double s = amax_of(b + 16 * j, 16) / 3;
+                    for (int64_t i = b + 16 * j; i < b + 16 * j + 16; ++i)
+                        bound[i] = 0.5 * (s + d) * (1 + ulp16) + 1e-7;
+                }
+            }
+            break;
+        case DType::kIQ4_NL:
+            // See quant_iq4_nl: 14 steps of d = amax / 127 (above the top level), fp16 d.
+            for (int64_t b = 0; b < n; b += 32) {
+                const double d = amax_of(b, 32) / 127;
+                for (int64_t i = b; i < b + 32; ++i) bound[i] = 14 * d + 127 * d * ulp16 + 1e-7;
+            }
+            break;
+        case DType::kIQ4_XS:
+            // See quant_iq4_xs: 14 steps of d * |ls_j| <= amax_j / 127 + d, d = max_j(amax_j/127)/31,
+            // plus the fp16 rounding of d (times up to 127 * 32 steps).
+            for (int64_t b = 0; b < n; b += 256) {
+                const double d = amax_of(b, 256) / 127 / 31;
+                for (int j = 0; j < 8; ++j) {
+                    const double s = amax_of(b + 32 * j, 32) / 127;
+                    for (int64_t i = b + 32 * j; i < b + 32 * j + 32; ++i)
+                        bound[i] = 14 * (s + d) + 127 * 32 * d * ulp16 + 1e-7;
+                }
+            }
+            break;
+        case DType::kMXFP4:
+            // See quant_mxfp4: half the widest gap between levels, 2 * d < amax / 3.
+            for (int64_t b = 0; b < n; b += 32) {
+                const double a = amax_of(b, 32);
+                for (int64_t i = b; i < b + 32; ++i) bound[i] = a / 3 + 1e-30;
+            }
+            break;
         default:
             ADD_FAILURE() << "no bound for " << type_name(t);
     }
@@ -423,6 +499,10 @@ double max_relative_rms(DType t) {
             return 0.025;
         case DType::kQ6_K:
             return 0.05;
+        case DType::kQ2_K:
+            return 0.45;
+        case DType::kQ3_K:
+            return 0.3;
         case DType::kQ5_0:
         case DType::kQ5_1:
         case DType::kQ5_K:
@@ -578,10 +658,18 @@ TEST_P(QuantIsaTest, VecDotRandomBlocksAndExtremeActivations) {
         for (auto& byte : w) byte = static_cast<uint8_t>(rng());
         // Overwrite the fp16 scale fields with sane values.
         const std::vector<int> half_fields =
-            t == DType::kQ6_K ? std::vector<int>{208}
-            : (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0)
+            t == DType::kQ6_K   ? std::vector<int>{208}
+            : t == DType::kQ2_K ? std::vector<int>{80, 82}
+            : t == DType::kQ3_K ? std::vector<int>{108}
+            : t == DType::kMXFP4 ? std::vector<int>{}
+            : (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0 || t == DType::kIQ4_NL ||
+               t == DType::kIQ4_XS)
                 ? std::vector<int>{0}
                 : std::vector<int>{0, 2};
+        // MXFP4's exponent byte: scales 2^-8 .. 2^-4 (random bytes reach 2^127).
+        if (t == DType::kMXFP4)
+            for (int64_t b = 0; b < n / info.block_elems; ++b)
+                w[static_cast<size_t>(b * info.block_bytes)] = static_cast<uint8_t>(120 + rng() % 5);
         std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
         for (int64_t b = 0; b < n / info.block_elems; ++b)
             for (int off : half_fields) {

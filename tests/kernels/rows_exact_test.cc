@@ -26,9 +26,10 @@ protected:
 TEST_P(RowsExact, EveryWeightTypeEveryRowCount) {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
-                           DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+    const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,   DType::kQ4_1,
+                           DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K,   DType::kQ5_K,
+                           DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS,
+                           DType::kMXFP4};
     for (DType t : types) {
         const QuantKernels& k = quant_kernels(t);
         const int64_t n = 512;
