@@ -19,7 +19,44 @@ Status read_hparam_int(const GgufFile& f, const std::string& key, bool required,
 
 namespace {
 constexpr auto read_int = read_hparam_int;
+
+// An integer key that may be one value per layer (llama.cpp's get_key_or_arr); all layers must agree.
+Status read_uniform_int(const GgufFile& f, const std::string& key, int n_layer, int lo, int hi, int* out) {
+    const GgufValue* v = f.find(key);
+    if (!v || !v->is_array()) return read_int(f, key, false, lo, hi, out);
+    const std::vector<GgufValue>& a = *v->as_array();
+    if (static_cast<int>(a.size()) != n_layer) {
+        return f.error("metadata '" + key + "' has " + std::to_string(a.size()) + " entries for " +
+                       std::to_string(n_layer) + " layers");
+    }
+    for (const GgufValue& e : a) {
+        const auto x = e.as_int();
+        if (!x || *x != *a[0].as_int()) return f.error("metadata '" + key + "' differs between layers (not supported)");
+    }
+    const auto x = a.empty() ? std::nullopt : a[0].as_int();
+    if (!x || *x < lo || *x > hi) return f.error("metadata '" + key + "' is out of range");
+    *out = static_cast<int>(*x);
+    return Status::ok();
+}
 }  // namespace
+
+Status read_moe_hparams(const GgufFile& f, ModelHParams* hp) {
+    const std::string p = hp->arch + ".";
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "expert_count", false, 0, 4096, &hp->n_expert));
+    if (hp->n_expert == 0) return Status::ok();
+    FERROX_RETURN_IF_ERROR(read_uniform_int(f, p + "expert_used_count", hp->n_layer, 1, hp->n_expert, &hp->n_expert_used));
+    if (hp->n_expert_used == 0) return f.error("missing metadata '" + p + "expert_used_count'");
+    hp->n_ff_exp = hp->n_ff;
+    FERROX_RETURN_IF_ERROR(read_uniform_int(f, p + "expert_feed_forward_length", hp->n_layer, 1, 1 << 24, &hp->n_ff_exp));
+    hp->n_ff_shexp = hp->n_ff;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "expert_shared_feed_forward_length", false, 1, 1 << 24, &hp->n_ff_shexp));
+    // Keys of router variants these architectures do not have (llama.cpp ignores them for
+    // them too, but a file that sets them was not made for this graph).
+    int groups = 0;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "expert_group_count", false, 0, 4096, &groups));
+    if (groups > 1) return unimplemented(f.path() + ": metadata '" + p + "expert_group_count' (grouped routing) is not supported");
+    return Status::ok();
+}
 
 Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::string& arch) {
     ModelHParams hp;

@@ -44,6 +44,15 @@ struct ModelHParams {
     float final_logit_softcap = 0.0f;  // logits = c * tanh(logits / c) when > 0
     float attn_logit_softcap = 0.0f;   // scores = c * tanh(scores / c) before the softmax when > 0 (gemma2)
 
+    // Mixture of experts (FfnKind::kMoe): each token's FFN is the weighted sum of n_expert_used
+    // of n_expert experts of width n_ff_exp, chosen by a router (expert_count, expert_used_count,
+    // expert_feed_forward_length; the latter defaults to feed_forward_length). n_ff_shexp: the
+    // shared expert's width (qwen2moe: expert_shared_feed_forward_length, default n_ff).
+    int n_expert = 0;
+    int n_expert_used = 0;
+    int n_ff_exp = 0;
+    int n_ff_shexp = 0;
+
     bool is_swa(int il) const { return n_swa > 0 && !swa_layers.empty() && swa_layers[il] != 0; }
 
     int q_dim() const { return n_head * head_dim; }
@@ -53,6 +62,11 @@ struct ModelHParams {
 // Reads the keys shared by the llama family ("<arch>.block_count" ...). Validates ranges and
 // divisibility; errors name the file and the key.
 Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::string& arch);
+
+// The expert keys of a mixture of experts (n_expert stays 0 when the file has no
+// expert_count). A per-layer array of expert_used_count or expert_feed_forward_length is
+// accepted when every layer has the same value; other values are a one-line error.
+Status read_moe_hparams(const GgufFile& f, ModelHParams* hp);
 
 // One integer key: *out unchanged when absent and !required; errors name the key and range.
 Status read_hparam_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi, int* out);

@@ -36,15 +36,18 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     s->attn_ranges = std::make_unique<StealingRanges>(n_threads);
     s->kv_feeds.resize(static_cast<size_t>(n_threads));
     const size_t T = static_cast<size_t>(std::max(1, opts.max_batch_tokens));
-    const int64_t widest = std::max<int64_t>({hp.n_embd, hp.q_dim(), hp.n_ff});
+    // gate and up: the dense FFN's, or a MoE's shared expert's.
+    const bool moe = m->w_.traits.ffn == FfnKind::kMoe;
+    const int64_t n_ff = !moe ? hp.n_ff : m->w_.traits.shared_expert ? hp.n_ff_shexp : 0;
+    const int64_t widest = std::max<int64_t>({hp.n_embd, hp.q_dim(), n_ff});
     s->x.resize(T * hp.n_embd);
     s->xn.resize(T * hp.n_embd);
     s->q.resize(T * hp.q_dim());
     s->k.resize(T * hp.kv_dim());
     s->v.resize(T * hp.kv_dim());
     s->att.resize(T * hp.q_dim());
-    s->gate.resize(T * hp.n_ff);
-    s->up.resize(T * hp.n_ff);
+    s->gate.resize(T * n_ff);
+    s->up.resize(T * n_ff);
     s->proj.resize(T * hp.n_embd);
     // Up to kMaxMatJobs quantized inputs at once; F32 (4 bytes per element) bounds every
     // activation format, plus each row's padding (act_row_stride) and alignment.
@@ -64,6 +67,25 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
     if (hp.n_swa > 0) {
         s->rope_cos_swa.resize(T * hp.n_rot / 2);
         s->rope_sin_swa.resize(T * hp.n_rot / 2);
+    }
+    if (moe) {
+        const size_t R = T * hp.n_expert_used;
+        const int64_t widest_in = std::max<int64_t>(hp.n_embd, hp.n_ff_exp);
+        s->moe_router.resize(T * hp.n_expert);
+        s->moe_sel.resize(R);
+        s->moe_w.resize(R);
+        s->moe_offset.resize(hp.n_expert + 1);
+        s->moe_next.resize(hp.n_expert);
+        s->moe_pair_tok.resize(R);
+        s->moe_row_of.resize(R);
+        s->moe_act.resize(2 * (R * (widest_in * 4 + 128) + 64));  // gate's and up's formats
+        s->moe_gate.resize(R * hp.n_ff_exp);
+        s->moe_up.resize(R * hp.n_ff_exp);
+        s->moe_down.resize(R * hp.n_embd);
+        s->moe_jobs.reserve(3 * hp.n_expert);
+        s->moe_unit_begin.reserve(3 * hp.n_expert + 1);
+        if (m->w_.traits.shared_expert) s->shexp_out.resize(T * hp.n_embd);
+        m->expert_tokens_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(hp.n_layer) * hp.n_expert);
     }
     m->s_ = std::move(s);
     return m;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <span>
@@ -126,10 +127,16 @@ private:
                    bool feeding);
     void attn_output(const LayerWeights& L, int t0, int t1);
     void ffn_input(const LayerWeights& L, const LayerJobs& J, int n_tok, int t0, int t1);
-    void ffn_body(const LayerJobs& J, int n_tok, bool kv_feed);
+    void ffn_body(const LayerWeights& L, const LayerJobs& J, int il, int n_tok, bool kv_feed);
     int64_t ffn_feed_steps(const LayerJobs& J, int n_tok) const;
     void dense_ffn(const LayerJobs& J, int n_tok, bool kv_feed);
     void ffn_output(const LayerWeights& L, int t0, int t1);
+    // Mixture of experts (cpu/moe.cc): routing, grouping by expert, the grouped products.
+    struct ExpertJob;
+    void moe_ffn(const LayerWeights& L, const LayerJobs& J, int il, int n_tok);
+    void moe_route(int t0, int t1);
+    void moe_group(int il, int n_tok);
+    void expert_products(const ExpertJob* jobs, int n_jobs);
     void plan_attention(const Batch& batch);
     bool plan_kv_prefetch(const Batch& batch, KvStorage& kv, int il, int64_t steps);
     int64_t feed_steps(const MatJob* jobs, int n_jobs, int n_tok) const;
@@ -148,6 +155,8 @@ private:
     };
     std::unique_ptr<uint8_t, FreeDeleter> packed_arena_;      // repacked (and copied) weights
     std::vector<std::unique_ptr<TensorView>> packed_views_;   // their views
+    // Tokens routed to each expert of each layer since load ((n_layer, n_expert), MoE only).
+    std::unique_ptr<std::atomic<uint64_t>[]> expert_tokens_;
 };
 
 }  // namespace ferrox

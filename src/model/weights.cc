@@ -60,6 +60,20 @@ Expected<const TensorView*> get_matrix(const GgufFile& f, const std::string& nam
     return t;
 }
 
+// The experts' matrices of a layer: a 3-D (n_in, n_out, n_expert) tensor, each expert's matrix
+// stored as one of ordinary rows.
+Expected<const TensorView*> get_experts(const GgufFile& f, const std::string& name, int64_t n_in, int64_t n_out,
+                                        int64_t n_expert) {
+    const TensorView* t = f.find_tensor(name);
+    if (!t) return f.error("missing tensor '" + name + "'");
+    if (!is_weight_type(t->type)) {
+        return unimplemented(f.path() + ": tensor '" + name + "' has type " + std::string(dtype_name(t->type)) +
+                             ", not usable as a weight");
+    }
+    if (Status st = check_tensor_shape(*t, {n_in, n_out, n_expert}); !st.is_ok()) return f.error(st.message());
+    return t;
+}
+
 // 1-D parameters (norm weights, biases) are small: converted to owned floats at load so the
 // forward pass reads them without caring how the file stored them.
 Expected<std::vector<float>> get_vector(const GgufFile& f, const std::string& name, int64_t n,
@@ -73,6 +87,28 @@ Expected<std::vector<float>> get_vector(const GgufFile& f, const std::string& na
     std::vector<float> out(n);
     dequantize_row_ref(t->type, t->data, out.data(), n);
     return out;
+}
+
+// A mixture-of-experts layer's FFN tensors (llama.cpp's names): the router, the experts and,
+// where the architecture has one, the shared expert and its gate.
+Status load_moe_layer(const GgufFile& f, const ModelWeights& w, const std::string& p, LayerWeights* L) {
+    const ModelHParams& hp = w.hp;
+    FERROX_ASSIGN_OR_RETURN(L->gate_inp, get_matrix(f, p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert));
+    FERROX_ASSIGN_OR_RETURN(L->gate_exps, get_experts(f, p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert));
+    FERROX_ASSIGN_OR_RETURN(L->up_exps, get_experts(f, p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert));
+    FERROX_ASSIGN_OR_RETURN(L->down_exps, get_experts(f, p + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert));
+    if (w.traits.shared_expert) {
+        FERROX_ASSIGN_OR_RETURN(L->w_gate, get_matrix(f, p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp));
+        FERROX_ASSIGN_OR_RETURN(L->w_up, get_matrix(f, p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp));
+        FERROX_ASSIGN_OR_RETURN(L->w_down, get_matrix(f, p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd));
+        FERROX_ASSIGN_OR_RETURN(L->gate_inp_shexp, get_vector(f, p + "ffn_gate_inp_shexp.weight", hp.n_embd, true));
+    }
+    // Tensors of variants this graph does not compute: refused by name, not ignored.
+    for (const char* name : {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias",
+                             "exp_probs_b.bias", "ffn_gate_up_exps.weight"}) {
+        if (f.find_tensor(p + name)) return unimplemented(f.path() + ": tensor '" + p + name + "' is not supported");
+    }
+    return Status::ok();
 }
 
 }  // namespace
@@ -89,6 +125,13 @@ Expected<ModelWeights> ModelWeights::load(const GgufFile& f) {
     ModelHParams& hp = w.hp;
     hp.rope_ordering = traits->rope_ordering;
     if (traits->read_hparams) FERROX_RETURN_IF_ERROR(traits->read_hparams(f, &hp));
+    FERROX_RETURN_IF_ERROR(read_moe_hparams(f, &hp));
+    if (hp.n_expert > 0 && traits->moe_if_experts) w.traits.ffn = FfnKind::kMoe;
+    const bool moe = w.traits.ffn == FfnKind::kMoe;
+    if (moe && hp.n_expert == 0) return f.error("missing metadata '" + *arch + ".expert_count'");
+    if (!moe && hp.n_expert > 0) {
+        return unimplemented(f.path() + ": '" + *arch + ".expert_count' > 0: experts are not supported in this architecture");
+    }
     if (hp.kq_scale == 0.0f) hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
 
     const TensorView* embd = f.find_tensor("token_embd.weight");
@@ -120,17 +163,23 @@ Expected<ModelWeights> ModelWeights::load(const GgufFile& f) {
         FERROX_ASSIGN_OR_RETURN(L.wk, get_matrix(f, p + "attn_k.weight", hp.n_embd, hp.kv_dim()));
         FERROX_ASSIGN_OR_RETURN(L.wv, get_matrix(f, p + "attn_v.weight", hp.n_embd, hp.kv_dim()));
         FERROX_ASSIGN_OR_RETURN(L.wo, get_matrix(f, p + "attn_output.weight", hp.q_dim(), hp.n_embd));
-        FERROX_ASSIGN_OR_RETURN(L.w_gate, get_matrix(f, p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
-        FERROX_ASSIGN_OR_RETURN(L.w_up, get_matrix(f, p + "ffn_up.weight", hp.n_embd, hp.n_ff));
-        FERROX_ASSIGN_OR_RETURN(L.w_down, get_matrix(f, p + "ffn_down.weight", hp.n_ff, hp.n_embd));
+        if (moe) {
+            FERROX_RETURN_IF_ERROR(load_moe_layer(f, w, p, &L));
+        } else {
+            FERROX_ASSIGN_OR_RETURN(L.w_gate, get_matrix(f, p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
+            FERROX_ASSIGN_OR_RETURN(L.w_up, get_matrix(f, p + "ffn_up.weight", hp.n_embd, hp.n_ff));
+            FERROX_ASSIGN_OR_RETURN(L.w_down, get_matrix(f, p + "ffn_down.weight", hp.n_ff, hp.n_embd));
+        }
         if (traits->qkv_bias) {
             FERROX_ASSIGN_OR_RETURN(L.bq, get_vector(f, p + "attn_q.bias", hp.q_dim(), true));
             FERROX_ASSIGN_OR_RETURN(L.bk, get_vector(f, p + "attn_k.bias", hp.kv_dim(), true));
             FERROX_ASSIGN_OR_RETURN(L.bv, get_vector(f, p + "attn_v.bias", hp.kv_dim(), true));
         }
         if (traits->qk_norm) {
-            FERROX_ASSIGN_OR_RETURN(L.q_norm, get_vector(f, p + "attn_q_norm.weight", hp.head_dim, true));
-            FERROX_ASSIGN_OR_RETURN(L.k_norm, get_vector(f, p + "attn_k_norm.weight", hp.head_dim, true));
+            const int qn = traits->qk_norm_full ? hp.q_dim() : hp.head_dim;
+            const int kn = traits->qk_norm_full ? hp.kv_dim() : hp.head_dim;
+            FERROX_ASSIGN_OR_RETURN(L.q_norm, get_vector(f, p + "attn_q_norm.weight", qn, true));
+            FERROX_ASSIGN_OR_RETURN(L.k_norm, get_vector(f, p + "attn_k_norm.weight", kn, true));
         }
         if (traits->post_norms) {
             FERROX_ASSIGN_OR_RETURN(L.post_attn_norm,

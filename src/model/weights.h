@@ -21,9 +21,18 @@ enum class FfnActivation {
     kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma)
 };
 
-// The feed-forward block a layer has. Only kDense is implemented; a mixture of experts (a
-// router over experts' 3-D gate/up/down tensors) is the next kind.
-enum class FfnKind { kDense };
+// The feed-forward block a layer has.
+enum class FfnKind {
+    kDense,  // gate, up, down
+    kMoe,    // a router's top n_expert_used of n_expert experts (3-D gate/up/down), weighted
+};
+
+// How the router's logits become the selected experts' weights (llama.cpp's
+// LLAMA_EXPERT_GATING_FUNC_TYPE_*): the top n_expert_used by probability, their probabilities
+// as weights.
+enum class MoeGating {
+    kSoftmax,  // probabilities = softmax over all experts
+};
 
 // What differs between architectures of the family; each architecture file fills one in
 // (arch_<name>.cc, registered in archs.def): which blocks and options the forward uses.
@@ -37,6 +46,16 @@ struct ArchTraits {
     bool post_norms = false;
     FfnActivation ffn_act = FfnActivation::kSilu;
     FfnKind ffn = FfnKind::kDense;
+    // llama: a file with expert_count > 0 is a mixture of experts (Mixtral) with these traits.
+    bool moe_if_experts = false;
+    // MoE: the selected experts' weights divided by their sum (qwen3moe, Mixtral; not qwen2moe, olmoe).
+    bool moe_norm_weights = false;
+    MoeGating moe_gating = MoeGating::kSoftmax;
+    // MoE: a dense expert beside the routed ones, its output scaled by
+    // sigmoid(ffn_gate_inp_shexp · x) (qwen2moe).
+    bool shared_expert = false;
+    // olmoe: the QK norm over the whole Q and K rows (q_dim, kv_dim wide), not per head.
+    bool qk_norm_full = false;
     // The architecture's own metadata, read after the family's keys (null: none).
     Status (*read_hparams)(const GgufFile& f, ModelHParams* hp) = nullptr;
 };
@@ -55,10 +74,19 @@ struct LayerWeights {
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
     std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
     std::vector<float> post_attn_norm;  // (n_embd); empty unless post_norms
-    // FFN block (FfnKind::kDense).
-    const TensorView* w_gate;  // (n_embd -> n_ff)
-    const TensorView* w_up;    // (n_embd -> n_ff)
-    const TensorView* w_down;  // (n_ff -> n_embd)
+    // FFN block (FfnKind::kDense; a MoE layer's shared expert, null without one).
+    const TensorView* w_gate = nullptr;  // (n_embd -> n_ff)
+    const TensorView* w_up = nullptr;    // (n_embd -> n_ff)
+    const TensorView* w_down = nullptr;  // (n_ff -> n_embd)
+    // FFN block (FfnKind::kMoe): the router and the experts' matrices, expert e's rows at
+    // [e * n_out, (e + 1) * n_out) of a (n_in, n_out, n_expert) tensor.
+    const TensorView* gate_inp = nullptr;   // (n_embd -> n_expert)
+    const TensorView* gate_exps = nullptr;  // (n_embd -> n_ff_exp) x n_expert
+    const TensorView* up_exps = nullptr;    // (n_embd -> n_ff_exp) x n_expert
+    const TensorView* down_exps = nullptr;  // (n_ff_exp -> n_embd) x n_expert
+    // Shared expert (ArchTraits::shared_expert): a dense FFN of width n_ff_shexp in
+    // w_gate/w_up/w_down, and its gate's weights.
+    std::vector<float> gate_inp_shexp;  // (n_embd)
     std::vector<float> ffn_norm;       // (n_embd)
     std::vector<float> post_ffn_norm;  // (n_embd); empty unless post_norms
 };

@@ -47,7 +47,13 @@ TEST(Weights, EveryRegisteredArchitectureIsFoundByItsName) {
         EXPECT_EQ(std::string(a->name), name);
         EXPECT_EQ(a->ffn, FfnKind::kDense);
     }
-    EXPECT_EQ(find_arch("qwen3moe"), nullptr);
+    for (const char* name : {"qwen3moe", "qwen2moe", "olmoe"}) {
+        const ArchTraits* a = find_arch(name);
+        ASSERT_NE(a, nullptr) << name;
+        EXPECT_EQ(a->ffn, FfnKind::kMoe) << name;
+    }
+    EXPECT_TRUE(find_arch("llama")->moe_if_experts);  // Mixtral
+    EXPECT_EQ(find_arch("deepseek2"), nullptr);
     EXPECT_EQ(find_arch(""), nullptr);
 }
 

@@ -7,7 +7,7 @@
 // on token ranges, so the forward runs one block's output step and the next block's input step
 // in one parallel region: two barriers a layer fewer, the same operations per token.
 // An architecture chooses its blocks' options through ArchTraits (weights.h); the FFN body is
-// where a layer's FfnKind chooses its product (a mixture of experts goes beside dense_ffn).
+// where a layer's FfnKind chooses its products (dense_ffn here, moe_ffn in cpu/moe.cc).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -27,20 +27,24 @@
 
 namespace ferrox {
 
-// The products of a layer, their inputs and outputs in the scratch buffers.
-struct Model::LayerJobs {
-    MatJob qkv[3];
-    MatJob o[1];
-    MatJob gate_up[2];
-    MatJob down[1];
-};
-
 Model::LayerJobs Model::layer_jobs(const LayerWeights& L) const {
     Scratch& s = *s_;
-    return {{{L.wq, s.xn.data(), s.q.data()}, {L.wk, s.xn.data(), s.k.data()}, {L.wv, s.xn.data(), s.v.data()}},
-            {{L.wo, s.att.data(), s.proj.data()}},
-            {{L.w_gate, s.xn.data(), s.gate.data()}, {L.w_up, s.xn.data(), s.up.data()}},
-            {{L.w_down, s.gate.data(), s.proj.data()}}};
+    LayerJobs J{{{L.wq, s.xn.data(), s.q.data()}, {L.wk, s.xn.data(), s.k.data()}, {L.wv, s.xn.data(), s.v.data()}},
+                {{L.wo, s.att.data(), s.proj.data()}},
+                {{L.w_gate, s.xn.data(), s.gate.data()}, {L.w_up, s.xn.data(), s.up.data()}, {}},
+                2,
+                {{L.w_down, s.gate.data(), s.proj.data()}}};
+    if (w_.traits.ffn == FfnKind::kMoe) {
+        J.ffn_in[0] = {L.gate_inp, s.xn.data(), s.moe_router.data()};
+        J.n_ffn_in = 1;
+        if (L.w_gate) {  // the shared expert
+            J.ffn_in[1] = {L.w_gate, s.xn.data(), s.gate.data()};
+            J.ffn_in[2] = {L.w_up, s.xn.data(), s.up.data()};
+            J.n_ffn_in = 3;
+            J.down[0].y = s.shexp_out.data();
+        }
+    }
+    return J;
 }
 
 // ---- Attention block ----
@@ -77,11 +81,15 @@ void Model::qkv_finish(const Batch& batch, KvStorage& kv, int il, int t0, int t1
         }
         const float* cs = rope_cos + static_cast<size_t>(t) * half;
         const float* sn = rope_sin + static_cast<size_t>(t) * half;
-        if (!L.q_norm.empty())
+        if (w_.traits.qk_norm_full) {  // olmoe: over the whole rows
+            rms_norm(q, L.q_norm.data(), q, hp.q_dim(), hp.rms_eps);
+            rms_norm(k, L.k_norm.data(), k, hp.kv_dim(), hp.rms_eps);
+        } else if (!L.q_norm.empty()) {
             rms_norm_rows(q, hp.head_dim, L.q_norm.data(), q, hp.head_dim, hp.n_head, hp.head_dim, hp.rms_eps);
+        }
         for (int h = 0; h < hp.n_head; ++h) rope_head(q + h * hp.head_dim, cs, sn, hp.n_rot, hp.rope_ordering);
         if (hp.q_scale != 1.0f) vec_scale(q, hp.q_scale, q, hp.q_dim());
-        if (!L.k_norm.empty()) {
+        if (!L.k_norm.empty() && !w_.traits.qk_norm_full) {
             rms_norm_rows(k, hp.head_dim, L.k_norm.data(), k, hp.head_dim, hp.n_head_kv, hp.head_dim, hp.rms_eps);
         }
         for (int h = 0; h < hp.n_head_kv; ++h) rope_head(k + h * hp.head_dim, cs, sn, hp.n_rot, hp.rope_ordering);
@@ -142,13 +150,14 @@ void Model::ffn_input(const LayerWeights& L, const LayerJobs& J, int n_tok, int 
     const int E = w_.hp.n_embd;
     const size_t a = static_cast<size_t>(t0) * E;
     rms_norm_rows(s.x.data() + a, E, L.ffn_norm.data(), s.xn.data() + a, E, t1 - t0, E, w_.hp.rms_eps);
-    quantize_inputs(J.gate_up, 2, n_tok, t0, t1);
+    quantize_inputs(J.ffn_in, J.n_ffn_in, n_tok, t0, t1);
 }
 
 // The feed-forward block's products by the layer's kind (ArchTraits::ffn); its output in proj.
-void Model::ffn_body(const LayerJobs& J, int n_tok, bool kv_feed) {
+void Model::ffn_body(const LayerWeights& L, const LayerJobs& J, int il, int n_tok, bool kv_feed) {
     switch (w_.traits.ffn) {
         case FfnKind::kDense: return dense_ffn(J, n_tok, kv_feed);
+        case FfnKind::kMoe: return moe_ffn(L, J, il, n_tok);  // cpu/moe.cc
     }
 }
 
@@ -156,7 +165,8 @@ void Model::ffn_body(const LayerJobs& J, int n_tok, bool kv_feed) {
 // next layer's KV over them).
 int64_t Model::ffn_feed_steps(const LayerJobs& J, int n_tok) const {
     switch (w_.traits.ffn) {
-        case FfnKind::kDense: return feed_steps(J.gate_up, 2, n_tok) + feed_steps(J.down, 1, n_tok);
+        case FfnKind::kDense: return feed_steps(J.ffn_in, 2, n_tok) + feed_steps(J.down, 1, n_tok);
+        case FfnKind::kMoe: return 0;  // the expert products do not feed the KV prefetch
     }
     return 0;
 }
@@ -165,7 +175,7 @@ int64_t Model::ffn_feed_steps(const LayerJobs& J, int n_tok) const {
 void Model::dense_ffn(const LayerJobs& J, int n_tok, bool kv_feed) {
     Scratch& s = *s_;
     const int n_ff = w_.hp.n_ff;
-    matmuls(J.gate_up, 2, n_tok, true, /*quantized=*/true, kv_feed);
+    matmuls(J.ffn_in, 2, n_tok, true, /*quantized=*/true, kv_feed);
     for_token_ranges(*pool_, n_tok, [&](int t0, int t1) {
         const size_t a = static_cast<size_t>(t0) * n_ff;
         const int64_t n = static_cast<int64_t>(t1 - t0) * n_ff;
@@ -349,7 +359,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, std::span<float> logits
             attn_output(L, t0, t1);
             ffn_input(L, J, n_tok, t0, t1);
         });
-        ffn_body(J, n_tok, kv_feed);
+        ffn_body(L, J, il, n_tok, kv_feed);
     }
     // The last layer's FFN residual (the others' ran with the next layer's norm).
     for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { ffn_output(w_.layers[n_layer - 1], t0, t1); });

@@ -76,6 +76,27 @@ int64_t act_row_stride(int64_t row_bytes);
 bool can_pack_q8_0(const TensorView& t);
 void dequantize_packed_q8_0_row(const TensorView& t, int64_t row, float* y);
 
+// The products of a layer, their inputs and outputs in the scratch buffers. The FFN's first
+// products (one parallel region): dense, gate and up; a mixture of experts, the router (and its
+// shared expert's gate and up). down: the dense (or shared expert's) down product.
+struct Model::LayerJobs {
+    MatJob qkv[3];
+    MatJob o[1];
+    MatJob ffn_in[3];
+    int n_ffn_in;
+    MatJob down[1];
+};
+
+// One expert's matrix applied to its group of rows (cpu/moe.cc).
+struct Model::ExpertJob {
+    const TensorView* w;
+    int64_t row0;        // the expert's first row in w
+    const uint8_t* a;    // the group's quantized input rows
+    int64_t a_row_bytes;
+    int n_cols;
+    float* y;            // (n_cols, n_out): one row of w->ne[1] floats per input row
+};
+
 // Buffers sized once at load for max_batch_tokens and max_ctx; forward() never allocates.
 struct Model::Scratch {
     // Tokens [t0, t0 + nt) of one sequence against query heads [h0, h0 + nh), which share a KV head.
@@ -93,6 +114,21 @@ struct Model::Scratch {
     std::vector<float> up;     // (n_tok, n_ff)
     std::vector<float> proj;   // (n_tok, max(n_embd, ...)) output of wo / w_down
     std::vector<uint8_t> act;  // (n_tok, row bytes) activations quantized for a matmul
+    // Mixture of experts (cpu/moe.cc); empty for dense models. K = n_expert_used; "rows" are
+    // the batch's (token, expert) pairs in expert order.
+    std::vector<float> moe_router;    // (n_tok, n_expert) router logits, then probabilities
+    std::vector<int32_t> moe_sel;     // (n_tok, K) chosen experts by rank
+    std::vector<float> moe_w;         // (n_tok, K) their weights
+    std::vector<int32_t> moe_offset;  // (n_expert + 1) first row of each expert
+    std::vector<int32_t> moe_next;    // (n_expert) grouping cursor
+    std::vector<int32_t> moe_pair_tok;  // (n_tok * K) token of each row
+    std::vector<int32_t> moe_row_of;    // (n_tok, K) row of each pair
+    std::vector<uint8_t> moe_act;     // (n_tok * K, row bytes) quantized inputs in expert order
+    std::vector<float> moe_gate, moe_up;  // (n_tok * K, n_ff_exp)
+    std::vector<float> moe_down;          // (n_tok * K, n_embd)
+    std::vector<float> shexp_out;         // (n_tok, n_embd) the shared expert's output
+    std::vector<ExpertJob> moe_jobs;
+    std::vector<int64_t> moe_unit_begin;
     std::vector<float> scores; // (n_threads, kAttnQueries, score_stride) attention scores
     // A query's scores row: max_ctx floats, padded so that rows are not a multiple of 4 KiB
     // apart. With the unpadded 4096-position rows every query's score of one cache row fell in

@@ -83,9 +83,12 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
     };
     std::vector<Move> todo;
     auto consider = [&](const TensorView** w) {
+        if (!*w) return;
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
-        const bool shape_ok = t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 && t.n_rows() == t.ne[1];
+        // (A 3-D experts' tensor is packed as its n_expert * n_out rows: with n_out % 8 == 0 no
+        // group of 8 spans two experts.)
+        const bool shape_ok = t.ne[1] % 8 == 0 && t.ne[0] % 32 == 0 && t.ne[0] <= 32768 && t.ne[3] == 1;
         // In llama.cpp's order (ggml_order) a type with its own kernels for it is not packed.
         const auto x86_order = [&](const QuantKernels& kt) { return opts_.ggml_order && kt.vec_dot_rows_x86; };
         const bool pack = repack && k.repack8 && k.gemm_packed8 && shape_ok && !x86_order(k);
@@ -100,7 +103,10 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
         if (pack || widen || copy) todo.push_back({w, pack || (widen && !x86_order(k8)), widen});
     };
     for (LayerWeights& L : w_.layers) {
-        for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) consider(w);
+        for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.gate_inp,
+                                     &L.gate_exps, &L.up_exps, &L.down_exps}) {
+            consider(w);
+        }
     }
     const bool tied = w_.output == w_.tok_embd;
     if (!tied) consider(&w_.output);
@@ -133,12 +139,12 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
             widen_q5_0_to_q8_0((*m.w)->data, view->n_elements(), q8.data());
             view->type = DType::kQ8_0;
             if (m.pack) {
-                quant_kernels(DType::kQ8_0).repack8(q8.data(), view->ne[0], view->ne[1], at);
+                quant_kernels(DType::kQ8_0).repack8(q8.data(), view->ne[0], view->n_rows(), at);
             } else {
                 std::memcpy(at, q8.data(), q8.size());
             }
         } else if (m.pack) {
-            quant_kernels(view->type).repack8((*m.w)->data, view->ne[0], view->ne[1], at);
+            quant_kernels(view->type).repack8((*m.w)->data, view->ne[0], view->n_rows(), at);
         } else {
             std::memcpy(at, (*m.w)->data, file_bytes);
         }
