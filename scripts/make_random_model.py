@@ -16,6 +16,12 @@ Default shape (about 1.1B parameters, TinyLlama's): 2048 hidden, 22 layers, 32 h
 heads, 5632 FFN, 32000 vocabulary, untied output. A few minutes in all (Q4_K_M is the slowest)
 and 4 GB of disk.
 
+With --experts N (and --experts-used, --expert-ffn, --head-dim) the model is a qwen3moe mixture
+of experts instead: every layer's FFN is N experts of --expert-ffn (3-D ffn_*_exps tensors) and
+an F32 router, the attention has per-head QK norms; e.g. Qwen3-30B-A3B's shapes with fewer layers:
+  --experts 128 --experts-used 8 --expert-ffn 768 --hidden 2048 --heads 32 --kv-heads 4
+  --head-dim 128 --layers 8
+
 Usage: python3 scripts/make_random_model.py [-o models/random-1b] [--types F16,Q4_0,Q8_0,Q4_K_M]
        [--hidden 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000] [--seed 1]
        [--threads N] [--force] [-v] [--quantize-bin <llama.cpp build>/bin/llama-quantize]
@@ -34,7 +40,9 @@ import gguf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TOKENIZER = os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
 QUANT_TYPES = {"Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
-               "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}
+               "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+               "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K", "IQ4_XS": "LLAMA_FTYPE_MOSTLY_IQ4_XS",
+               "MXFP4_MOE": "LLAMA_FTYPE_MOSTLY_MXFP4_MOE"}
 TOKEN_TYPE_UNUSED = 5  # llama.cpp's LLAMA_TOKEN_TYPE_UNUSED
 
 
@@ -80,9 +88,12 @@ def tokenizer_from(path, n_vocab):
 
 
 def write_f16(path, a, tok):
-    head_dim = a.hidden // a.heads
+    head_dim = a.head_dim or a.hidden // a.heads
+    q_dim = a.heads * head_dim
     kv_dim = a.kv_heads * head_dim
-    w = gguf.GGUFWriter(path, "llama")
+    moe = a.experts > 0
+    arch = "qwen3moe" if moe else "llama"
+    w = gguf.GGUFWriter(path, arch)
     w.add_name(f"ferrox random {os.path.basename(a.out)}")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_context_length(a.ctx)
@@ -92,6 +103,12 @@ def write_f16(path, a, tok):
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
     w.add_rope_dimension_count(head_dim)
+    if moe:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.experts_used)
+        w.add_expert_feed_forward_length(a.expert_ffn)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(a.vocab)
@@ -119,26 +136,45 @@ def write_f16(path, a, tok):
     for il in range(a.layers):
         p = f"blk.{il}."
         specs += [(p + "attn_norm.weight", (a.hidden,), np.float32),
-                  (p + "attn_q.weight", (a.hidden, a.hidden), np.float16),
+                  (p + "attn_q.weight", (q_dim, a.hidden), np.float16),
                   (p + "attn_k.weight", (kv_dim, a.hidden), np.float16),
                   (p + "attn_v.weight", (kv_dim, a.hidden), np.float16),
-                  (p + "attn_output.weight", (a.hidden, a.hidden), np.float16),
-                  (p + "ffn_norm.weight", (a.hidden,), np.float32),
-                  (p + "ffn_gate.weight", (a.ffn, a.hidden), np.float16),
-                  (p + "ffn_up.weight", (a.ffn, a.hidden), np.float16),
-                  (p + "ffn_down.weight", (a.hidden, a.ffn), np.float16)]
+                  (p + "attn_output.weight", (a.hidden, q_dim), np.float16),
+                  (p + "ffn_norm.weight", (a.hidden,), np.float32)]
+        if moe:
+            e, f = a.experts, a.expert_ffn
+            specs += [(p + "attn_q_norm.weight", (head_dim,), np.float32),
+                      (p + "attn_k_norm.weight", (head_dim,), np.float32),
+                      (p + "ffn_gate_inp.weight", (e, a.hidden), "router"),
+                      (p + "ffn_gate_exps.weight", (e, f, a.hidden), np.float16),
+                      (p + "ffn_up_exps.weight", (e, f, a.hidden), np.float16),
+                      (p + "ffn_down_exps.weight", (e, a.hidden, f), np.float16)]
+        else:
+            specs += [(p + "ffn_gate.weight", (a.ffn, a.hidden), np.float16),
+                      (p + "ffn_up.weight", (a.ffn, a.hidden), np.float16),
+                      (p + "ffn_down.weight", (a.hidden, a.ffn), np.float16)]
     n_params = 0
     for name, shape, dt in specs:
         n = int(np.prod(shape))
         n_params += n
+        dt = np.float32 if dt == "router" else dt
         w.add_tensor_info(name, shape, np.dtype(dt), n * np.dtype(dt).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     rng = np.random.default_rng(a.seed)
     for name, shape, dt in specs:
-        if dt == np.float32:  # RMSNorm weights
+        if dt == "router":  # F32, as converters write it; weights large enough to route unevenly
+            w.write_tensor_data(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05))
+        elif dt == np.float32:  # RMSNorm weights
             w.write_tensor_data(np.ones(shape, dtype=np.float32))
+        elif len(shape) == 3:  # experts, drawn one at a time (a layer's are GBs of floats)
+            x16 = np.empty(shape, dtype=np.float16)
+            for i in range(shape[0]):
+                x = rng.standard_normal(shape[1:], dtype=np.float32)
+                x *= a.scale
+                x16[i] = x
+            w.write_tensor_data(x16)
         else:
             x = rng.standard_normal(shape, dtype=np.float32)
             x *= a.scale
@@ -180,6 +216,10 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=5632)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--head-dim", type=int, default=0, help="attention.key_length (0: hidden / heads)")
+    ap.add_argument("--experts", type=int, default=0, help="a qwen3moe mixture of this many experts")
+    ap.add_argument("--experts-used", type=int, default=8)
+    ap.add_argument("--expert-ffn", type=int, default=768)
     ap.add_argument("--ctx", type=int, default=2048, help="llama.context_length")
     ap.add_argument("--scale", type=float, default=0.02, help="standard deviation of the weights")
     ap.add_argument("--seed", type=int, default=1)
@@ -190,7 +230,8 @@ def main():
     ap.add_argument("--quantize-bin", help="llama.cpp's llama-quantize to run instead of the llama_cpp "
                     "package (its libraries beside it)")
     a = ap.parse_args()
-    if a.hidden % a.heads or a.heads % a.kv_heads or a.hidden % 256 or a.ffn % 256:
+    if (not a.head_dim and a.hidden % a.heads) or a.heads % a.kv_heads or a.hidden % 256 or a.ffn % 256 \
+            or a.expert_ffn % 256:
         sys.exit("need hidden % heads == 0, heads % kv_heads == 0, hidden and ffn multiples of 256 (K-quants)")
     types = [t.strip() for t in a.types.split(",") if t.strip()]
     for t in types:

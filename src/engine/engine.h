@@ -54,7 +54,10 @@ public:
 
     Stats stats() const { return core_->metrics().snapshot(); }
     // Prometheus text for /metrics: gauges, counters and the latency histograms.
-    std::string prometheus() const { return core_->metrics().prometheus(); }
+    // A mixture of experts adds its routing counts (expert_routing_prometheus).
+    std::string prometheus() const {
+        return core_->metrics().prometheus() + expert_routing_prometheus(core_->model().forward_model().expert_routing());
+    }
 
     // Cancels every request (each gets its kDone) and joins the engine thread.
     void shutdown();

@@ -1,6 +1,9 @@
 #include "engine/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "model/forward_model.h"
 
 namespace ferrox {
 
@@ -72,6 +75,31 @@ std::string EngineMetrics::prometheus() const {
     out += ttft.prometheus("ferrox_time_to_first_token_seconds", "Time from submission to the first token.");
     out += itl.prometheus("ferrox_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     return out;
+}
+
+std::string expert_routing_prometheus(const ExpertRouting& r) {
+    if (r.n_expert == 0) return "";
+    std::string out =
+        "# HELP ferrox_moe_routed_tokens_total Tokens routed to each expert of each layer (one per chosen expert).\n"
+        "# TYPE ferrox_moe_routed_tokens_total counter\n";
+    std::string ratio =
+        "# HELP ferrox_moe_layer_max_load_ratio The busiest expert's routed tokens over the layer's mean per expert.\n"
+        "# TYPE ferrox_moe_layer_max_load_ratio gauge\n";
+    for (int il = 0; il < r.n_layer; ++il) {
+        const uint64_t* t = r.tokens.data() + static_cast<size_t>(il) * r.n_expert;
+        uint64_t sum = 0, max = 0;
+        for (int e = 0; e < r.n_expert; ++e) {
+            out += "ferrox_moe_routed_tokens_total{layer=\"" + std::to_string(il) + "\",expert=\"" + std::to_string(e) +
+                   "\"} " + std::to_string(t[e]) + "\n";
+            sum += t[e];
+            max = std::max(max, t[e]);
+        }
+        const double mean = static_cast<double>(sum) / r.n_expert;
+        char v[32];
+        std::snprintf(v, sizeof v, "%.4g", mean > 0 ? static_cast<double>(max) / mean : 0.0);
+        ratio += "ferrox_moe_layer_max_load_ratio{layer=\"" + std::to_string(il) + "\"} " + v + "\n";
+    }
+    return out + ratio;
 }
 
 }  // namespace ferrox

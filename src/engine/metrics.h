@@ -52,4 +52,11 @@ struct EngineMetrics {
     std::string prometheus() const;
 };
 
+// A mixture of experts' routing for /metrics: per layer and expert, the tokens routed there
+// (ferrox_moe_routed_tokens_total{layer,expert}), and per layer the busiest expert's share
+// against an even split (ferrox_moe_layer_max_load_ratio: 1 = balanced, n_expert / n_used at
+// worst). Empty for a dense model.
+struct ExpertRouting;
+std::string expert_routing_prometheus(const ExpertRouting& r);
+
 }  // namespace ferrox

@@ -31,6 +31,14 @@ struct Batch {
     std::vector<BatchSeq> seqs;
 };
 
+// A mixture of experts' routing since load: tokens[il * n_expert + e] tokens of layer il went
+// to expert e (each token counts once per expert it chose). Empty for dense models.
+struct ExpertRouting {
+    int n_layer = 0;
+    int n_expert = 0;
+    std::vector<uint64_t> tokens;
+};
+
 // What the engine needs of a model: its limits, the KV geometry and the batched forward.
 // Model implements it; scheduler tests use a fake.
 class ForwardModel {
@@ -56,6 +64,8 @@ public:
     virtual void parallel_for(int n, const std::function<void(int)>& fn) {
         for (int i = 0; i < n; ++i) fn(i);
     }
+    // Any thread, also while a forward runs (the counts are relaxed atomics).
+    virtual ExpertRouting expert_routing() const { return {}; }
 };
 
 }  // namespace ferrox

@@ -75,6 +75,7 @@ public:
     // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
     Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) override;
     void parallel_for(int n, const std::function<void(int)>& fn) override;
+    ExpertRouting expert_routing() const override;
 
 private:
     Model() = default;

@@ -140,6 +140,28 @@ INSTANTIATE_TEST_SUITE_P(Archs, MoeGolden,
                              return s;
                          });
 
+// The routing counts /metrics shows: every token of every layer chose n_expert_used experts.
+TEST(MoeRouting, CountsEveryTokensChoicesPerLayer) {
+    Loaded l = load("qwen3moe");
+    ASSERT_TRUE(l.model);
+    EXPECT_TRUE(l.model->expert_routing().tokens.size() == 32);  // 2 layers x 16 experts, all 0
+    const auto prompt = golden()["prompt"].get<std::vector<int32_t>>();
+    TestKv kv(l.model->kv_geometry(16), 4);
+    ASSERT_TRUE(prompt_logits(*l.model, kv, prompt).has_value());
+    const ExpertRouting r = l.model->expert_routing();
+    ASSERT_EQ(r.n_layer, 2);
+    ASSERT_EQ(r.n_expert, 16);
+    for (int il = 0; il < r.n_layer; ++il) {
+        uint64_t sum = 0, used = 0;
+        for (int e = 0; e < r.n_expert; ++e) {
+            sum += r.tokens[il * r.n_expert + e];
+            used += r.tokens[il * r.n_expert + e] > 0;
+        }
+        EXPECT_EQ(sum, prompt.size() * 4) << il;
+        EXPECT_GT(used, 4u) << il;  // the router spreads the tokens
+    }
+}
+
 // One thread or two: the same bits (the expert products' units go to either thread).
 TEST(MoeThreads, OneOrTwoThreadsGiveTheSameLogits) {
     const auto prompt = golden()["prompt"].get<std::vector<int32_t>>();

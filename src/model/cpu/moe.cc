@@ -28,6 +28,14 @@
 namespace ferrox {
 
 
+ExpertRouting Model::expert_routing() const {
+    if (!expert_tokens_) return {};
+    ExpertRouting r{w_.hp.n_layer, w_.hp.n_expert, {}};
+    r.tokens.resize(static_cast<size_t>(r.n_layer) * r.n_expert);
+    for (size_t i = 0; i < r.tokens.size(); ++i) r.tokens[i] = expert_tokens_[i].load(std::memory_order_relaxed);
+    return r;
+}
+
 // The router: each token's chosen experts and their weights (moe_sel, moe_w, n_expert_used
 // per token, by rank), from the router's logits in moe_router.
 void Model::moe_route(int t0, int t1) {
