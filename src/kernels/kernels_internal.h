@@ -53,12 +53,14 @@ void fill_scalar_ops(OpsKernels* ops);
     void override_packed(QuantKernels* table);        /* packed_avx2.cc: Q4_0, Q8_0 */       \
     void override_packed_kquants(QuantKernels* table); /* Q4_K, Q5_K, Q6_K */                \
     void override_packed_f16(QuantKernels* table);    /* F16 */                              \
+    void override_packed_lowbit(QuantKernels* table); /* Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */ \
     /* static: no out-of-line copy shared between differently compiled objects */          \
     static inline void override_all(QuantKernels* table, OpsKernels* ops) {                \
         override_quant_kernels(table);                                                      \
         override_packed(table);                                                             \
         override_packed_kquants(table);                                                     \
         override_packed_f16(table);                                                         \
+        override_packed_lowbit(table); /* after override_quant_kernels: takes its quantizers */ \
         override_ops(ops);                                                                  \
     }                                                                                       \
     }

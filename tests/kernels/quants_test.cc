@@ -693,6 +693,37 @@ TEST_P(QuantIsaTest, VecDotRandomBlocksAndExtremeActivations) {
     }
 }
 
+// The low-bit formats' SIMD dot products sum in vec_dot_ref's order (one exact integer sum per
+// block, the reference's float steps): its bits on every level, for rows of quantized values and
+// of random blocks (every quant, high-bit and scale pattern, negative scales included), against
+// ordinary activations and +-127 everywhere (where a saturating integer step would show).
+TEST_P(QuantIsaTest, LowBitVecDotIsTheReference) {
+    std::mt19937 rng(23);
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4}) {
+        const QuantKernels& k = quant_kernels(t);
+        const DType at = vec_dot_type(t);
+        for (int64_t n : {256, 512, 4096}) {
+            for (int variant = 0; variant < 4; ++variant) {
+                SCOPED_TRACE(type_name(t) + " n=" + std::to_string(n) + " variant " + std::to_string(variant));
+                std::vector<uint8_t> w(static_cast<size_t>(dtype_row_bytes(t, n)));
+                if (variant % 2 == 0) {
+                    w = quantize(t, random_row(n, static_cast<uint32_t>(rng()), 0.05f, 0.01f));
+                } else {
+                    kernel_test::random_blocks(t, w.data(), n, rng);
+                }
+                std::vector<float> af = random_row(n, static_cast<uint32_t>(rng()), 2.0f);
+                if (variant >= 2)
+                    for (auto& v : af) v = (rng() & 1) ? 3.0f : -3.0f;
+                std::vector<uint8_t> a(static_cast<size_t>(dtype_row_bytes(at, n)));
+                k.quantize_act_row(af.data(), a.data(), n);
+                const float want = vec_dot_ref(t, n, w.data(), a.data());
+                const float got = k.vec_dot(n, w.data(), a.data());
+                ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << got << " vs " << want;
+            }
+        }
+    }
+}
+
 // The dispatched activation quantizers against the reference. Q8_K, F16, BF16, F32: the
 // same bytes. Q8_0/Q8_1 on AVX2 follow ggml's x86 code (id = 127/amax, ties to even), so a
 // quant may differ by one where x/d sits on (or within float rounding of) a .5 tie.

@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/quants.h"
 #include "tensor/dtype.h"
+#include "tensor/fp16.h"
 
 namespace ferrox::kernel_test {
 
@@ -39,6 +41,33 @@ inline std::vector<float> random_row(int64_t n, uint32_t seed, float scale = 1.0
     std::uniform_int_distribution<int64_t> pos(0, n - 1);
     for (int k = 0; k < 1 + static_cast<int>(n / 500); ++k) x[pos(rng)] *= 6.0f;
     return x;
+}
+
+// A row of n elements of a quantized type filled with random bytes, every scale field then set
+// to a sane value (fp16 scales in [-0.05, 0.05], MXFP4 exponents 2^-8 .. 2^-4), so the quant
+// bits, the packed sub-block scales and the high bits take every pattern the format allows.
+inline void random_blocks(DType type, uint8_t* row, int64_t n, std::mt19937& rng) {
+    const DTypeInfo& info = dtype_info(type);
+    const int64_t nb = n / info.block_elems;
+    for (int64_t i = 0; i < nb * info.block_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
+    std::vector<int> half_fields;
+    switch (type) {
+        case DType::kQ6_K: half_fields = {208}; break;
+        case DType::kQ2_K: half_fields = {80, 82}; break;
+        case DType::kQ3_K: half_fields = {108}; break;
+        case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: half_fields = {0, 2}; break;
+        case DType::kMXFP4: half_fields = {}; break;
+        default: half_fields = {0}; break;
+    }
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = row + b * info.block_bytes;
+        for (int off : half_fields) {
+            const uint16_t h = fp32_to_fp16(scale(rng));
+            std::memcpy(blk + off, &h, 2);
+        }
+        if (type == DType::kMXFP4) blk[0] = static_cast<uint8_t>(120 + rng() % 5);
+    }
 }
 
 inline std::vector<uint8_t> quantize(DType type, const std::vector<float>& x) {
