@@ -122,7 +122,8 @@ int batch_table(int64_t n_cols, int iters) {
     for (const char* isa : {"avx2", "avx512"}) {
         if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
-        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+        for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
+                        DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL, DType::kMXFP4}) {
             if (!ferrox::quant_kernels(t).gemm_packed8) continue;
             const bool ref_order = ferrox::quant_kernels(t).gemm_packed8_ref_order != nullptr;
             // K-quants (rows of 256-element super-blocks): Gemma 3 270M's attention output and
@@ -148,7 +149,56 @@ int batch_table(int64_t n_cols, int iters) {
     return sink == 12345.678f ? 1 : 0;
 }
 
+// `bench_quants lowbit [iterations]`: the low-bit MoE formats (and Q4_K for reference) at one
+// 4096 x 2048 matrix (~3.5 MB in Q3_K: from L3, not L2), 1 activation row (decode) and 64 (a
+// prompt), each call including the quantization of its float activation rows, as a model's
+// matmul does: the same work as bench/ggml_matmul_bench.cc measures in llama.cpp.
+int lowbit_table(int iters) {
+    float sink = 0;
+    const int64_t rows = 4096, n = 2048;
+    for (const char* isa : {"avx2", "avx512"}) {
+        if (!ferrox::kernels_isa_available(isa)) continue;
+        ferrox::kernels_force_isa(isa);
+        for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL, DType::kMXFP4, DType::kQ4_K}) {
+            const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
+            const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
+            std::vector<uint8_t> w(static_cast<size_t>(row_bytes * rows)), packed(w.size());
+            for (int64_t r = 0; r < rows; ++r) {
+                const auto q = ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, 1 + r, 0.05f));
+                std::copy(q.begin(), q.end(), w.begin() + r * row_bytes);
+            }
+            k.repack8(w.data(), n, rows, packed.data());
+            std::printf("%-6s %-6s %lldx%lld", isa, std::string(ferrox::dtype_name(t)).c_str(),
+                        static_cast<long long>(rows), static_cast<long long>(n));
+            for (int64_t cols : {1, 64}) {
+                const int64_t a_row = ferrox::dtype_row_bytes(k.packed_act_type, n);
+                std::vector<float> x(static_cast<size_t>(n * cols));
+                for (int64_t c = 0; c < cols; ++c) {
+                    const auto af = ferrox::kernel_test::random_row(n, 777 + c);
+                    std::copy(af.begin(), af.end(), x.begin() + c * n);
+                }
+                std::vector<uint8_t> a(static_cast<size_t>(a_row * cols));
+                std::vector<float> out(static_cast<size_t>(rows * cols));
+                auto run = [&] {
+                    for (int64_t c = 0; c < cols; ++c) k.quantize_packed_act_row(x.data() + c * n, a.data() + c * a_row, n);
+                    k.gemm_packed8(n, packed.data(), rows, a.data(), a_row, cols, out.data(), rows);
+                    sink += out[0];
+                };
+                const double s = best_seconds(run, cols == 1 ? iters : iters / 10 + 1);
+                if (cols == 1) {
+                    std::printf("  1 col %7.1f us %6.2f GB/s", s * 1e6, static_cast<double>(w.size()) / s / 1e9);
+                } else {
+                    std::printf("   64 cols %8.1f us %6.1f G mul-add/s", s * 1e6, 64.0 * rows * n / s / 1e9);
+                }
+            }
+            std::printf("\n");
+        }
+    }
+    return sink == 12345.678f ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "lowbit") return lowbit_table(argc > 2 ? std::atoi(argv[2]) : 20);
     if (argc > 1 && std::string(argv[1]) == "batch")
         return batch_table(argc > 2 ? std::atoi(argv[2]) : 16, argc > 3 ? std::atoi(argv[3]) : 2000);
     if (argc > 1 && std::string(argv[1]) == "cols") return columns_table(argc > 2 ? std::atoi(argv[2]) : 300);
@@ -159,7 +209,8 @@ int main(int argc, char** argv) {
         if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
         for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
-                        DType::kQ5_K, DType::kQ6_K, DType::kF16, DType::kF32}) {
+                        DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL,
+                        DType::kMXFP4, DType::kF16, DType::kF32}) {
             const int it = std::string(isa) == "scalar" ? iters / 10 + 1 : iters;
             const double gbs = bench(t, n_rows, n, it, false, &sink);
             const double gbs_rows = bench(t, n_rows, n, it, true, &sink);
@@ -172,7 +223,7 @@ int main(int argc, char** argv) {
         if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
         for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                        DType::kF16}) {
+                        DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL, DType::kMXFP4, DType::kF16}) {
             if (ferrox::quant_kernels(t).repack8 == nullptr) continue;
             for (bool ref_order : {false, true}) {
                 if (ref_order && !ferrox::quant_kernels(t).gemm_packed8_ref_order) continue;
