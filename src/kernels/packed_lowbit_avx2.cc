@@ -507,8 +507,9 @@ struct Q23Traits {
     static constexpr int kElems = kQK_K;
     using Act = BlockQ8_K;
     using Unpacked = Q23Unpacked<L>;
+    static constexpr bool kYSum = false;
     template <int NC>
-    static void direct(const L& g, const Act* const* y, typename L::F* acc) {
+    static void direct(const L& g, const Act* const* y, typename L::F* acc, const int32_t* = nullptr) {
         Q23Scales<L> s;
         q23_scales<kQ3>(g, &s);
         const typename L::F dmin = kQ3 ? g.f16(0) : g.f16(16);
@@ -529,7 +530,7 @@ struct Q23Traits {
         u->dmin = kQ3 ? g.f16(0) : g.f16(16);
     }
     template <int NC>
-    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc) {
+    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc, const int32_t* = nullptr) {
         q23_superblock<kQ3, NC>([&u](int h, int t, int k) { return u.q[32 * h + 8 * t + k]; }, u.s, u.d, u.dmin, y, acc);
     }
 };
@@ -591,6 +592,66 @@ inline int xs_offset(int j, int m) { return 32 * j + 16 * (m / 4) + 4 * (m % 4);
 
 // IQ4's levels plus 128, unsigned (VNNI multiplies them by the signed activations).
 alignas(16) constexpr uint8_t kNLU[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+// MXFP4's plus 128.
+alignas(16) constexpr uint8_t kFP4U[16] = {128, 129, 130, 131, 132, 134, 136, 140, 128, 127, 126, 125, 124, 122, 120, 116};
+
+// One super-block of an IQ4_XS group (or pair) against NC activation blocks: acc[c] += the
+// block's term. quants(8j + m): VNNI: levels + 128; AVX2: |levels|, signs(8j + m) the levels.
+template <int NC, class L, typename Quants, typename Signs>
+inline void xs_superblock(Quants quants, [[maybe_unused]] Signs signs, const XsScales<L>& s, typename L::F d,
+                          const BlockQ8_K* const* y, typename L::F* acc) {
+    using I = typename L::I;
+    using F = typename L::F;
+    I sumq[NC];
+#if FERROX_AVX512
+    // sum ls_j * (v + 128) * y = sum ls_j * v * y + 128 * sum_j ls_j * (bsums_2j + bsums_2j+1).
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) {
+        const __m256i bs = ld256(y[c]->bsums);
+        const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        alignas(16) int32_t pr[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(pr), pairs);
+        I corr = v_madd16(s.lp[0], v_set1_32<I>(pr[0]));
+        FX_UNROLL
+        for (int k = 1; k < 4; ++k) corr = v_add32(corr, v_madd16(s.lp[k], v_set1_32<I>(pr[k])));
+        sumq[c] = v_sub32(v_set1_32<I>(0), v_slli32(corr, 7));
+    }
+    FX_UNROLL
+    for (int j = 0; j < 8; ++j) {
+        I sub[NC];
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) sub[c] = v_set1_32<I>(0);
+        FX_UNROLL
+        for (int m = 0; m < 8; ++m) {
+            FX_UNROLL
+            for (int c = 0; c < NC; ++c)
+                sub[c] = dpbusd(sub[c], quants(8 * j + m), v_bcast4<I>(y[c]->qs + xs_offset(j, m)));
+        }
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) sumq[c] = v_add32(sumq[c], v_mullo32(sub[c], s.ls[j]));
+    }
+#else
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) sumq[c] = _mm256_setzero_si256();
+    FX_UNROLL
+    for (int j = 0; j < 8; ++j) {
+        FX_UNROLL
+        for (int m = 0; m < 8; ++m) {
+            FX_UNROLL
+            for (int c = 0; c < NC; ++c) {
+                const __m256i yb = _mm256_sign_epi8(v_bcast4<__m256i>(y[c]->qs + xs_offset(j, m)), signs(8 * j + m));
+                const __m256i p = _mm256_maddubs_epi16(quants(8 * j + m), yb);
+                sumq[c] = opaque(_mm256_add_epi32(sumq[c], _mm256_madd_epi16(p, s.ls[j])));
+            }
+        }
+    }
+#endif
+    FX_UNROLL
+    for (int c = 0; c < NC; ++c) {
+        const F yd = v_set1_ps<F>(y[c]->d);
+        acc[c] = v_add(acc[c], v_mul(v_mul(yd, d), v_cvt(sumq[c])));
+    }
+}
 
 template <class L>
 struct XsUnpacked {
@@ -608,6 +669,7 @@ struct XsTraits {
     static constexpr int kElems = kQK_K;
     using Act = BlockQ8_K;
     using Unpacked = XsUnpacked<L>;
+    static constexpr bool kYSum = false;
     static void unpack(const L& g, Unpacked* u) {
 #if FERROX_AVX512
         const __m256i tbl = tbl256(kNLU);
@@ -626,64 +688,27 @@ struct XsTraits {
         u->d = g.f16(0);
     }
     template <int NC>
-    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc) {
-        using I = typename L::I;
-        using F = typename L::F;
-        I sumq[NC];
+    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc, const int32_t* = nullptr) {
 #if FERROX_AVX512
-        // sum ls_j * (v + 128) * y = sum ls_j * v * y + 128 * sum_j ls_j * (bsums_2j + bsums_2j+1).
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            const __m256i bs = ld256(y[c]->bsums);
-            const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            alignas(16) int32_t pr[4];
-            _mm_store_si128(reinterpret_cast<__m128i*>(pr), pairs);
-            I corr = v_madd16(u.s.lp[0], v_set1_32<I>(pr[0]));
-            FX_UNROLL
-            for (int k = 1; k < 4; ++k) corr = v_add32(corr, v_madd16(u.s.lp[k], v_set1_32<I>(pr[k])));
-            sumq[c] = v_sub32(v_set1_32<I>(0), v_slli32(corr, 7));
-        }
-        FX_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            I sub[NC];
-            FX_UNROLL
-            for (int c = 0; c < NC; ++c) sub[c] = v_set1_32<I>(0);
-            FX_UNROLL
-            for (int m = 0; m < 8; ++m) {
-                FX_UNROLL
-                for (int c = 0; c < NC; ++c)
-                    sub[c] = dpbusd(sub[c], u.q[8 * j + m], v_bcast4<I>(y[c]->qs + xs_offset(j, m)));
-            }
-            FX_UNROLL
-            for (int c = 0; c < NC; ++c) sumq[c] = v_add32(sumq[c], v_mullo32(sub[c], u.s.ls[j]));
-        }
+        xs_superblock<NC, L>([&u](int i) { return u.q[i]; }, [](int) { return 0; }, u.s, u.d, y, acc);
 #else
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) sumq[c] = _mm256_setzero_si256();
-        FX_UNROLL
-        for (int j = 0; j < 8; ++j) {
-            FX_UNROLL
-            for (int m = 0; m < 8; ++m) {
-                FX_UNROLL
-                for (int c = 0; c < NC; ++c) {
-                    const __m256i yb = _mm256_sign_epi8(v_bcast4<__m256i>(y[c]->qs + xs_offset(j, m)), u.sgn[8 * j + m]);
-                    const __m256i p = _mm256_maddubs_epi16(u.q[8 * j + m], yb);
-                    sumq[c] = opaque(_mm256_add_epi32(sumq[c], _mm256_madd_epi16(p, u.s.ls[j])));
-                }
-            }
-        }
+        xs_superblock<NC, L>([&u](int i) { return u.q[i]; }, [&u](int i) { return u.sgn[i]; }, u.s, u.d, y, acc);
 #endif
-        FX_UNROLL
-        for (int c = 0; c < NC; ++c) {
-            const F yd = v_set1_ps<F>(y[c]->d);
-            acc[c] = v_add(acc[c], v_mul(v_mul(yd, u.d), v_cvt(sumq[c])));
-        }
     }
     template <int NC>
-    static void direct(const L& g, const Act* const* y, typename L::F* acc) {
+    static void direct(const L& g, const Act* const* y, typename L::F* acc, const int32_t* = nullptr) {
+#if FERROX_AVX512
+        // VNNI: the levels decoded in registers as the products take them.
+        XsScales<L> s;
+        xs_scales(g, &s);
+        const __m256i tbl = tbl256(kNLU);
+        xs_superblock<NC, L>([&g, tbl](int i) { return v_shuffle8(xs_nibbles(g, i / 8, i % 8), tbl); }, [](int) { return 0; },
+                             s, g.f16(0), y, acc);
+#else
         Unpacked u;
         unpack(g, &u);
         unpacked<NC>(u, y, acc);
+#endif
     }
 };
 
@@ -721,6 +746,8 @@ struct Nl32Traits {
     static constexpr int kElems = kQK;
     using Act = BlockQ8_0;
     using Unpacked = Nl32Unpacked<kFp4, L>;
+    // VNNI decode and small batches: 128 * sum(y) of each activation block, from the caller.
+    static constexpr bool kYSum = FERROX_AVX512 != 0;
     static void unpack(const L& g, Unpacked* u) {
         using I = typename L::I;
         const __m256i tbl = tbl256(kFp4 ? kFP4 : kNL);
@@ -750,9 +777,8 @@ struct Nl32Traits {
         }
     }
     template <int NC>
-    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc) {
+    static void unpacked(const Unpacked& u, const Act* const* y, typename L::F* acc, const int32_t* = nullptr) {
         using I = typename L::I;
-        using F = typename L::F;
         I s[NC];
 #if FERROX_AVX512
         // (y + 128) * v summed, less 128 * sum(v): y's bytes with the top bit flipped, unsigned.
@@ -783,17 +809,47 @@ struct Nl32Traits {
             }
         }
 #endif
+        finish<NC>(u.dx, s, y, acc);
+    }
+    // acc[c] = fma(dx * dy, s, acc[c]), block_add's step.
+    template <int NC>
+    static void finish(typename L::F dx, const typename L::I* s, const Act* const* y, typename L::F* acc) {
+        using F = typename L::F;
         FX_UNROLL
         for (int c = 0; c < NC; ++c) {
-            const F dxdy = v_mul(u.dx, v_set1_ps<F>(f16_to_f32(y[c]->d)));
+            const F dxdy = v_mul(dx, v_set1_ps<F>(f16_to_f32(y[c]->d)));
             acc[c] = v_fma(dxdy, v_cvt(s[c]), acc[c]);
         }
     }
     template <int NC>
-    static void direct(const L& g, const Act* const* y, typename L::F* acc) {
+    static void direct(const L& g, const Act* const* y, typename L::F* acc, [[maybe_unused]] const int32_t* ysum) {
+#if FERROX_AVX512
+        // VNNI: the levels plus 128 (unsigned) times y, less 128 * sum(y): no weight sums, no
+        // flipped copy of y.
+        using I = typename L::I;
+        const __m256i tbl = tbl256(kFp4 ? kFP4U : kNLU);
+        I s[NC];
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) s[c] = v_set1_32<I>(0);
+        FX_UNROLL
+        for (int m = 0; m < 8; ++m) {
+            const I raw = g.load(kHead + 32 * (m % 4));
+            const I u = v_shuffle8(m < 4 ? v_and(raw, v_set1_8<I>(15)) : v_and(v_srli16(raw, 4), v_set1_8<I>(15)), tbl);
+            FX_UNROLL
+            for (int c = 0; c < NC; ++c) s[c] = dpbusd(s[c], u, v_bcast4<I>(y[c]->qs + 16 * (m / 4) + 4 * (m % 4)));
+        }
+        FX_UNROLL
+        for (int c = 0; c < NC; ++c) s[c] = v_sub32(s[c], v_set1_32<I>(ysum[c]));
+        if constexpr (kFp4) {
+            finish<NC>(v_e8m0_half(g.u8(0)), s, y, acc);
+        } else {
+            finish<NC>(g.f16(0), s, y, acc);
+        }
+#else
         Unpacked u;
         unpack(g, &u);
         unpacked<NC>(u, y, acc);
+#endif
     }
 };
 template <class L>
@@ -805,9 +861,12 @@ using Fp4Traits = Nl32Traits<true, L>;
 
 // NC activation rows against one 8-row group, each block unpacked in registers (decode and
 // small batches): out[c * out_stride + r].
+// ysum (T::kYSum): 128 * sum of the activation bytes of block i of column c at ysum[c * kMaxBlocks + i].
+constexpr int64_t kMaxBlocks = 1024;
+
 template <class T, int NC>
 void gemm_group_direct(int64_t nb, const uint8_t* w, const uint8_t* a, int64_t a_row_bytes, float* out,
-                       int64_t out_stride) {
+                       int64_t out_stride, const int32_t* ysum) {
     using Act = typename T::Act;
     __m256 acc[NC];
     FX_UNROLL
@@ -817,8 +876,13 @@ void gemm_group_direct(int64_t nb, const uint8_t* w, const uint8_t* a, int64_t a
         FX_UNROLL
         for (int c = 0; c < NC; ++c)
             y[c] = reinterpret_cast<const Act*>(a + c * a_row_bytes + i * static_cast<int64_t>(sizeof(Act)));
+        int32_t ys[NC] = {};
+        if constexpr (T::kYSum) {
+            FX_UNROLL
+            for (int c = 0; c < NC; ++c) ys[c] = ysum[c * kMaxBlocks + i];
+        }
         prefetch_ahead<T::kGroup, _MM_HINT_NTA>(w + i * T::kGroup);
-        T::template direct<NC>(Lanes8{w + i * T::kGroup}, y, acc);
+        T::template direct<NC>(Lanes8{w + i * T::kGroup}, y, acc, ys);
     }
     FX_UNROLL
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + c * out_stride, acc[c]);
@@ -884,18 +948,28 @@ void gemm_packed8_lowbit(int64_t n, const void* w, int64_t n_rows, const void* a
     const auto* wp = static_cast<const uint8_t*>(w);
     const auto* ap = static_cast<const uint8_t*>(a);
     if (n_cols < kUnpackMinCols) {
+        int32_t ysum[kUnpackMinCols - 1][kMaxBlocks];
+        if constexpr (T::kYSum) {
+            for (int64_t c = 0; c < n_cols; ++c) {
+                for (int64_t i = 0; i < nb; ++i) {
+                    const __m256i q = ld256(ap + c * a_row_bytes + i * kQ80Bytes + offsetof(BlockQ8_0, qs));
+                    ysum[c][i] = 128 * hsum32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+                                                                _mm256_set1_epi16(1)));
+                }
+            }
+        }
         for (int64_t g = 0; g < n_rows / 8; ++g) {
             const uint8_t* wg = wp + g * nb * T::kGroup;
             float* o = out + 8 * g;
             switch (n_cols) {
                 case 3:
-                    gemm_group_direct<T, 3>(nb, wg, ap, a_row_bytes, o, out_stride);
+                    gemm_group_direct<T, 3>(nb, wg, ap, a_row_bytes, o, out_stride, &ysum[0][0]);
                     break;
                 case 2:
-                    gemm_group_direct<T, 2>(nb, wg, ap, a_row_bytes, o, out_stride);
+                    gemm_group_direct<T, 2>(nb, wg, ap, a_row_bytes, o, out_stride, &ysum[0][0]);
                     break;
                 case 1:
-                    gemm_group_direct<T, 1>(nb, wg, ap, a_row_bytes, o, out_stride);
+                    gemm_group_direct<T, 1>(nb, wg, ap, a_row_bytes, o, out_stride, &ysum[0][0]);
                     break;
                 default:
                     break;
