@@ -55,6 +55,7 @@ MODELS = {
     "mixtral": ("llama", 14, 8, 2, 32, 0, None),
     "qwen3moe-q8_0": ("qwen3moe", 11, 16, 4, 32, 0, Q.Q8_0),
     "mixtral-q4_0": ("llama", 14, 8, 2, 32, 0, Q.Q4_0),
+    "gpt-oss": ("gpt-oss", 15, 8, 2, 32, 0, None),
 }
 
 
@@ -68,16 +69,21 @@ def write_model(path, name):
     w.add_embedding_length(N_EMBD)
     w.add_block_count(N_LAYER)
     w.add_feed_forward_length(n_ff_exp if arch in ("olmoe", "llama") else 4 * n_ff_exp)
+    if arch == "gpt-oss":
+        w.add_sliding_window(8)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(n_head_kv)
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(150000.0 if arch == "gpt-oss" else 10000.0)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_used)
-    if arch in ("qwen3moe", "qwen2moe"):
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss"):
         w.add_expert_feed_forward_length(n_ff_exp)
     if n_ff_shexp:
         w.add_expert_shared_feed_forward_length(n_ff_shexp)
@@ -107,7 +113,7 @@ def write_model(path, name):
         weight(p + "attn_k.weight", mat((kv_dim, N_EMBD), 0.3))
         weight(p + "attn_v.weight", mat((kv_dim, N_EMBD), 0.5))
         weight(p + "attn_output.weight", mat((N_EMBD, q_dim), 0.3))
-        if arch == "qwen2moe":
+        if arch in ("qwen2moe", "gpt-oss"):
             w.add_tensor(p + "attn_q.bias", mat((q_dim,), 0.1))
             w.add_tensor(p + "attn_k.bias", mat((kv_dim,), 0.1))
             w.add_tensor(p + "attn_v.bias", mat((kv_dim,), 0.1))
@@ -117,11 +123,19 @@ def write_model(path, name):
         if arch == "olmoe":
             w.add_tensor(p + "attn_q_norm.weight", norm(q_dim))
             w.add_tensor(p + "attn_k_norm.weight", norm(kv_dim))
-        w.add_tensor(p + "ffn_norm.weight", norm(N_EMBD))
+        if arch == "gpt-oss":
+            w.add_tensor(p + "attn_output.bias", mat((N_EMBD,), 0.1))
+            w.add_tensor(p + "attn_sinks.weight", mat((N_HEAD,), 2.0))
+        w.add_tensor(p + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"), norm(N_EMBD))
         w.add_tensor(p + "ffn_gate_inp.weight", mat((n_expert, N_EMBD), 1.0))
         weight(p + "ffn_gate_exps.weight", mat((n_expert, n_ff_exp, N_EMBD), 0.3))
         weight(p + "ffn_up_exps.weight", mat((n_expert, n_ff_exp, N_EMBD), 0.3))
         weight(p + "ffn_down_exps.weight", mat((n_expert, N_EMBD, n_ff_exp), 0.3))
+        if arch == "gpt-oss":  # biases large enough to move the routing and the clamp
+            w.add_tensor(p + "ffn_gate_inp.bias", mat((n_expert,), 1.0))
+            w.add_tensor(p + "ffn_gate_exps.bias", mat((n_expert, n_ff_exp), 1.0))
+            w.add_tensor(p + "ffn_up_exps.bias", mat((n_expert, n_ff_exp), 1.0))
+            w.add_tensor(p + "ffn_down_exps.bias", mat((n_expert, N_EMBD), 0.3))
         if n_ff_shexp:
             w.add_tensor(p + "ffn_gate_inp_shexp.weight", mat((N_EMBD,), 0.3))
             weight(p + "ffn_gate_shexp.weight", mat((n_ff_shexp, N_EMBD), 0.3))

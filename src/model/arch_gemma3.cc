@@ -41,37 +41,7 @@ struct GemmaRules {
 Status read_gemma_hparams(const GgufFile& f, ModelHParams* hp, const GemmaRules& rules) {
     const std::string p = hp->arch + ".";
     hp->embd_scale = std::sqrt(static_cast<float>(hp->n_embd));
-    hp->n_swa = rules.n_swa;
-    FERROX_RETURN_IF_ERROR(read_hparam_int(f, p + "attention.sliding_window", false, 0, 1 << 26, &hp->n_swa));
-    if (hp->n_swa > 0) {
-        hp->swa_layers.assign(hp->n_layer, 0);
-        const std::string key = p + "attention.sliding_window_pattern";
-        const GgufValue* pattern = f.find(key);
-        if (pattern && pattern->is_array()) {  // one bool per layer: true = local
-            const std::vector<GgufValue>& entries = *pattern->as_array();
-            if (static_cast<int>(entries.size()) != hp->n_layer) {
-                return f.error(key + " has " + std::to_string(entries.size()) + " entries for " +
-                               std::to_string(hp->n_layer) + " layers");
-            }
-            for (int il = 0; il < hp->n_layer; ++il) {
-                const auto v = entries[il].as_int();  // bools read as 0/1
-                if (!v) return f.error(key + " is not an array of bools");
-                hp->swa_layers[il] = *v != 0;
-            }
-        } else {
-            int n_pattern = rules.swa_pattern;
-            FERROX_RETURN_IF_ERROR(read_hparam_int(f, key, false, 0, 4096, &n_pattern));
-            for (int il = 0; il < hp->n_layer; ++il) {
-                hp->swa_layers[il] = n_pattern == 0 || il % n_pattern < n_pattern - 1;
-            }
-        }
-        if (rules.swa_base_is_global) hp->rope_freq_base_swa = hp->rope_freq_base;
-        FERROX_ASSIGN_OR_RETURN(auto base_swa, f.get_float(p + "rope.freq_base_swa"));
-        if (base_swa) {
-            if (!(*base_swa > 1)) return f.error("rope.freq_base_swa must be > 1");
-            hp->rope_freq_base_swa = static_cast<float>(*base_swa);
-        }
-    }
+    FERROX_RETURN_IF_ERROR(read_swa_hparams(f, hp, rules.n_swa, rules.swa_pattern, rules.swa_base_is_global));
     FERROX_ASSIGN_OR_RETURN(auto scale, f.get_float(p + "attention.scale"));
     if (scale) {
         if (!(*scale > 0)) return f.error("attention.scale must be > 0");

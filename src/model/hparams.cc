@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <cmath>
+
 namespace ferrox {
 
 Status read_hparam_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi,
@@ -38,7 +40,57 @@ Status read_uniform_int(const GgufFile& f, const std::string& key, int n_layer, 
     *out = static_cast<int>(*x);
     return Status::ok();
 }
+// YaRN's parameters as llama.cpp sets them for a model that does not override them: extension
+// factor 1, the betas 32 and 1, and an attention factor whose 1 + 0.1 ln(factor) cancels the one
+// ggml's rope_yarn multiplies in.
+Status read_yarn(const GgufFile& f, const std::string& p, ModelHParams* hp) {
+    hp->yarn_ext_factor = 1.0f;
+    hp->n_ctx_orig_yarn = hp->n_ctx_train;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "rope.scaling.original_context_length", false, 1, 1 << 26, &hp->n_ctx_orig_yarn));
+    if (f.find(p + "rope.scaling.yarn_log_multiplier")) {
+        return unimplemented(f.path() + ": metadata '" + p + "rope.scaling.yarn_log_multiplier' is not supported");
+    }
+    const float factor = 1.0f / hp->rope_freq_scale;
+    const auto mscale = [](float scale) { return scale <= 1.0f ? 1.0f : 0.1f * std::log(scale) + 1.0f; };
+    hp->yarn_attn_factor = mscale(factor);
+    if (factor > 0) hp->yarn_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    return Status::ok();
+}
+
 }  // namespace
+
+Status read_swa_hparams(const GgufFile& f, ModelHParams* hp, int n_swa, int pattern_default, bool base_is_global) {
+    const std::string p = hp->arch + ".";
+    hp->n_swa = n_swa;
+    FERROX_RETURN_IF_ERROR(read_int(f, p + "attention.sliding_window", false, 0, 1 << 26, &hp->n_swa));
+    if (hp->n_swa == 0) return Status::ok();
+    hp->swa_layers.assign(hp->n_layer, 0);
+    const std::string key = p + "attention.sliding_window_pattern";
+    const GgufValue* pattern = f.find(key);
+    if (pattern && pattern->is_array()) {  // one bool per layer: true = local
+        const std::vector<GgufValue>& entries = *pattern->as_array();
+        if (static_cast<int>(entries.size()) != hp->n_layer) {
+            return f.error(key + " has " + std::to_string(entries.size()) + " entries for " +
+                           std::to_string(hp->n_layer) + " layers");
+        }
+        for (int il = 0; il < hp->n_layer; ++il) {
+            const auto v = entries[il].as_int();  // bools read as 0/1
+            if (!v) return f.error(key + " is not an array of bools");
+            hp->swa_layers[il] = *v != 0;
+        }
+    } else {
+        int n_pattern = pattern_default;
+        FERROX_RETURN_IF_ERROR(read_int(f, key, false, 0, 4096, &n_pattern));
+        for (int il = 0; il < hp->n_layer; ++il) hp->swa_layers[il] = n_pattern == 0 || il % n_pattern < n_pattern - 1;
+    }
+    if (base_is_global) hp->rope_freq_base_swa = hp->rope_freq_base;
+    FERROX_ASSIGN_OR_RETURN(auto base_swa, f.get_float(p + "rope.freq_base_swa"));
+    if (base_swa) {
+        if (!(*base_swa > 1)) return f.error("rope.freq_base_swa must be > 1");
+        hp->rope_freq_base_swa = static_cast<float>(*base_swa);
+    }
+    return Status::ok();
+}
 
 Status read_moe_hparams(const GgufFile& f, ModelHParams* hp) {
     const std::string p = hp->arch + ".";
@@ -102,17 +154,22 @@ Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::s
         hp.rope_freq_base = static_cast<float>(*base);
     }
     FERROX_ASSIGN_OR_RETURN(auto scaling, f.get_string(p + "rope.scaling.type"));
+    {
+        FERROX_ASSIGN_OR_RETURN(auto fs, f.get_float(p + "rope.scale_linear"));
+        if (fs && *fs > 0) hp.rope_freq_scale = static_cast<float>(1.0 / *fs);
+    }
     if (scaling && *scaling != "none") {
-        if (*scaling == "linear") {
-            FERROX_ASSIGN_OR_RETURN(auto factor, f.get_float(p + "rope.scaling.factor"));
+        FERROX_ASSIGN_OR_RETURN(auto factor, f.get_float(p + "rope.scaling.factor"));
+        if (*scaling == "linear" || *scaling == "yarn") {
             if (factor && *factor > 0) hp.rope_freq_scale = static_cast<float>(1.0 / *factor);
         } else if (*scaling != "llama3") {  // llama3 scaling comes as the rope_freqs tensor
             return unimplemented(f.path() + ": rope scaling '" + *scaling + "' is not supported");
         }
+        if (*scaling == "yarn") FERROX_RETURN_IF_ERROR(read_yarn(f, p, &hp));
     }
-    {
-        FERROX_ASSIGN_OR_RETURN(auto fs, f.get_float(p + "rope.scale_linear"));
-        if (fs && *fs > 0) hp.rope_freq_scale = static_cast<float>(1.0 / *fs);
+    {  // multiplies cos and sin, YaRN or not (llama.cpp's rope_attn_factor)
+        FERROX_ASSIGN_OR_RETURN(auto attn_factor, f.get_float(p + "rope.scaling.attn_factor"));
+        if (attn_factor) hp.yarn_attn_factor *= static_cast<float>(*attn_factor);
     }
     hp.n_vocab = 0;
     FERROX_RETURN_IF_ERROR(read_int(f, p + "vocab_size", false, 1, 1 << 24, &hp.n_vocab));

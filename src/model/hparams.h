@@ -28,7 +28,16 @@ struct ModelHParams {
     int n_rot = 0;           // rope.dimension_count, else head_dim
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
-    float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
+    float rope_freq_scale = 1.0f;  // 1 / scaling factor (linear or YaRN)
+    // YaRN (rope.scaling.type "yarn"), as ggml's rope_yarn: each pair's angle mixes the scaled and
+    // the unscaled one by a ramp over the correction dimensions (from n_ctx_orig_yarn and the two
+    // betas), and cos/sin are multiplied by yarn_attn_factor * (1 + 0.1 ln(1 / freq_scale)).
+    // yarn_ext_factor 0: plain RoPE.
+    float yarn_ext_factor = 0.0f;
+    float yarn_attn_factor = 1.0f;
+    float yarn_beta_fast = 32.0f;
+    float yarn_beta_slow = 1.0f;
+    int n_ctx_orig_yarn = 0;  // rope.scaling.original_context_length, else n_ctx_train
     RopeOrdering rope_ordering = RopeOrdering::kNormal;
 
     // Architecture-specific (read by the architecture's read_hparams hook; these defaults are
@@ -37,7 +46,8 @@ struct ModelHParams {
     // to positions (p - n_swa, p], llama.cpp's LLAMA_SWA_TYPE_STANDARD. n_swa == 0: none.
     int n_swa = 0;
     std::vector<uint8_t> swa_layers;    // (n_layer) 1: local (sliding-window) layer
-    float rope_freq_base_swa = 10000.0f;  // RoPE base of the local layers (scale 1)
+    float rope_freq_base_swa = 10000.0f;  // RoPE base of the local layers
+    bool rope_scaled_swa = false;  // local layers scaled as the global ones (gpt-oss), else scale 1
     float q_scale = 1.0f;   // multiplies Q after RoPE, before it meets K (gemma)
     float kq_scale = 0.0f;  // scale of Q·K; 0: 1 / sqrt(head_dim)
     float embd_scale = 1.0f;  // multiplies the token embeddings (gemma: sqrt(n_embd))
@@ -67,6 +77,12 @@ Expected<ModelHParams> read_llama_family_hparams(const GgufFile& f, const std::s
 // expert_count). A per-layer array of expert_used_count or expert_feed_forward_length is
 // accepted when every layer has the same value; other values are a one-line error.
 Status read_moe_hparams(const GgufFile& f, ModelHParams* hp);
+
+// Sliding-window attention (llama.cpp's load_swa_pattern): attention.sliding_window (default
+// n_swa), the local layers from attention.sliding_window_pattern (a per-layer bool array, or an
+// int n: layer il is local when il % n < n - 1, default `pattern`), rope.freq_base_swa (default
+// 10000, or rope.freq_base where base_is_global).
+Status read_swa_hparams(const GgufFile& f, ModelHParams* hp, int n_swa, int pattern, bool base_is_global);
 
 // One integer key: *out unchanged when absent and !required; errors name the key and range.
 Status read_hparam_int(const GgufFile& f, const std::string& key, bool required, int lo, int hi, int* out);

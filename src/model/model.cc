@@ -78,6 +78,7 @@ Expected<std::unique_ptr<Model>> Model::load(const GgufFile& f, const ModelOptio
         s->moe_next.resize(hp.n_expert);
         s->moe_pair_tok.resize(R);
         s->moe_row_of.resize(R);
+        s->moe_row_expert.resize(R);
         s->moe_act.resize(2 * (R * (widest_in * 4 + 128) + 64));  // gate's and up's formats
         s->moe_gate.resize(R * hp.n_ff_exp);
         s->moe_up.resize(R * hp.n_ff_exp);

@@ -135,7 +135,7 @@ private:
     // Mixture of experts (cpu/moe.cc): routing, grouping by expert, the grouped products.
     struct ExpertJob;
     void moe_ffn(const LayerWeights& L, const LayerJobs& J, int il, int n_tok);
-    void moe_route(int t0, int t1);
+    void moe_route(int il, int t0, int t1);
     void moe_group(int il, int n_tok);
     void expert_products(const ExpertJob* jobs, int n_jobs);
     void plan_attention(const Batch& batch);

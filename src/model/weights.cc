@@ -89,6 +89,16 @@ Expected<std::vector<float>> get_vector(const GgufFile& f, const std::string& na
     return out;
 }
 
+// A small tensor of any shape (biases of experts) as owned floats.
+Expected<std::vector<float>> get_floats(const GgufFile& f, const std::string& name, std::initializer_list<int64_t> ne) {
+    const TensorView* t = f.find_tensor(name);
+    if (!t) return f.error("missing tensor '" + name + "'");
+    if (Status st = check_tensor_shape(*t, ne); !st.is_ok()) return f.error(st.message());
+    std::vector<float> out(t->n_elements());
+    for (int64_t r = 0; r < t->n_rows(); ++r) dequantize_row_ref(t->type, t->row(r), out.data() + r * t->ne[0], t->ne[0]);
+    return out;
+}
+
 // A mixture-of-experts layer's FFN tensors (llama.cpp's names): the router, the experts and,
 // where the architecture has one, the shared expert and its gate.
 Status load_moe_layer(const GgufFile& f, const ModelWeights& w, const std::string& p, LayerWeights* L) {
@@ -103,9 +113,16 @@ Status load_moe_layer(const GgufFile& f, const ModelWeights& w, const std::strin
         FERROX_ASSIGN_OR_RETURN(L->w_down, get_matrix(f, p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd));
         FERROX_ASSIGN_OR_RETURN(L->gate_inp_shexp, get_vector(f, p + "ffn_gate_inp_shexp.weight", hp.n_embd, true));
     }
+    if (w.traits.moe_biases) {
+        FERROX_ASSIGN_OR_RETURN(L->gate_inp_b, get_floats(f, p + "ffn_gate_inp.bias", {hp.n_expert}));
+        FERROX_ASSIGN_OR_RETURN(L->gate_exps_b, get_floats(f, p + "ffn_gate_exps.bias", {hp.n_ff_exp, hp.n_expert}));
+        FERROX_ASSIGN_OR_RETURN(L->up_exps_b, get_floats(f, p + "ffn_up_exps.bias", {hp.n_ff_exp, hp.n_expert}));
+        FERROX_ASSIGN_OR_RETURN(L->down_exps_b, get_floats(f, p + "ffn_down_exps.bias", {hp.n_embd, hp.n_expert}));
+    }
     // Tensors of variants this graph does not compute: refused by name, not ignored.
     for (const char* name : {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias",
                              "exp_probs_b.bias", "ffn_gate_up_exps.weight"}) {
+        if (w.traits.moe_biases && std::string(name).find(".bias") != std::string::npos && name[0] == 'f') continue;
         if (f.find_tensor(p + name)) return unimplemented(f.path() + ": tensor '" + p + name + "' is not supported");
     }
     return Status::ok();
@@ -158,7 +175,8 @@ Expected<ModelWeights> ModelWeights::load(const GgufFile& f) {
         LayerWeights& L = w.layers[il];
         const std::string p = "blk." + std::to_string(il) + ".";
         FERROX_ASSIGN_OR_RETURN(L.attn_norm, get_vector(f, p + "attn_norm.weight", hp.n_embd, true));
-        FERROX_ASSIGN_OR_RETURN(L.ffn_norm, get_vector(f, p + "ffn_norm.weight", hp.n_embd, true));
+        FERROX_ASSIGN_OR_RETURN(L.ffn_norm,
+                                get_vector(f, p + traits->ffn_norm_name + ".weight", hp.n_embd, true));
         FERROX_ASSIGN_OR_RETURN(L.wq, get_matrix(f, p + "attn_q.weight", hp.n_embd, hp.q_dim()));
         FERROX_ASSIGN_OR_RETURN(L.wk, get_matrix(f, p + "attn_k.weight", hp.n_embd, hp.kv_dim()));
         FERROX_ASSIGN_OR_RETURN(L.wv, get_matrix(f, p + "attn_v.weight", hp.n_embd, hp.kv_dim()));
@@ -180,6 +198,12 @@ Expected<ModelWeights> ModelWeights::load(const GgufFile& f) {
             const int kn = traits->qk_norm_full ? hp.kv_dim() : hp.head_dim;
             FERROX_ASSIGN_OR_RETURN(L.q_norm, get_vector(f, p + "attn_q_norm.weight", qn, true));
             FERROX_ASSIGN_OR_RETURN(L.k_norm, get_vector(f, p + "attn_k_norm.weight", kn, true));
+        }
+        if (traits->attn_out_bias) {
+            FERROX_ASSIGN_OR_RETURN(L.bo, get_vector(f, p + "attn_output.bias", hp.n_embd, true));
+        }
+        if (traits->attn_sinks) {
+            FERROX_ASSIGN_OR_RETURN(L.attn_sinks, get_vector(f, p + "attn_sinks.weight", hp.n_head, true));
         }
         if (traits->post_norms) {
             FERROX_ASSIGN_OR_RETURN(L.post_attn_norm,

@@ -19,6 +19,8 @@ namespace ferrox {
 enum class FfnActivation {
     kSilu,      // SwiGLU: silu(gate) * up
     kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (gemma)
+    // gpt-oss's experts: x = min(gate, 7), y = clamp(up, -7, 7), x * sigmoid(1.702 x) * (y + 1)
+    kSwigluOai,
 };
 
 // The feed-forward block a layer has.
@@ -32,6 +34,8 @@ enum class FfnKind {
 // as weights.
 enum class MoeGating {
     kSoftmax,  // probabilities = softmax over all experts
+    // gpt-oss: the top n_expert_used by logit, weights = softmax over those alone
+    kSoftmaxWeight,
 };
 
 // What differs between architectures of the family; each architecture file fills one in
@@ -56,6 +60,14 @@ struct ArchTraits {
     bool shared_expert = false;
     // olmoe: the QK norm over the whole Q and K rows (q_dim, kv_dim wide), not per head.
     bool qk_norm_full = false;
+    // gpt-oss: a bias on the attention output (attn_output.bias); a learned logit per head
+    // (attn_sinks.weight) that takes part in each query's softmax without a value; biases on the
+    // router and on every expert's gate, up and down.
+    bool attn_out_bias = false;
+    bool attn_sinks = false;
+    bool moe_biases = false;
+    // The FFN's input norm's tensor (gpt-oss calls it post_attention_norm).
+    const char* ffn_norm_name = "ffn_norm";
     // The architecture's own metadata, read after the family's keys (null: none).
     Status (*read_hparams)(const GgufFile& f, ModelHParams* hp) = nullptr;
 };
@@ -74,6 +86,8 @@ struct LayerWeights {
     std::vector<float> bq, bk, bv;  // (q_dim), (kv_dim), (kv_dim); empty unless qkv_bias
     std::vector<float> q_norm, k_norm;  // (head_dim); empty unless qk_norm
     std::vector<float> post_attn_norm;  // (n_embd); empty unless post_norms
+    std::vector<float> bo;              // (n_embd); empty unless attn_out_bias
+    std::vector<float> attn_sinks;      // (n_head); empty unless attn_sinks
     // FFN block (FfnKind::kDense; a MoE layer's shared expert, null without one).
     const TensorView* w_gate = nullptr;  // (n_embd -> n_ff)
     const TensorView* w_up = nullptr;    // (n_embd -> n_ff)
@@ -87,6 +101,9 @@ struct LayerWeights {
     // Shared expert (ArchTraits::shared_expert): a dense FFN of width n_ff_shexp in
     // w_gate/w_up/w_down, and its gate's weights.
     std::vector<float> gate_inp_shexp;  // (n_embd)
+    // ArchTraits::moe_biases: the router's (n_expert) and the experts' ((n_expert, n_ff_exp) for
+    // gate and up, (n_expert, n_embd) for down), expert e's at e * width.
+    std::vector<float> gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
     std::vector<float> ffn_norm;       // (n_embd)
     std::vector<float> post_ffn_norm;  // (n_embd); empty unless post_norms
 };

@@ -133,7 +133,8 @@ TEST_P(MoeGolden, BatchedSequencesGiveTheirAloneBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, MoeGolden,
-                         ::testing::Values("qwen3moe", "qwen2moe", "olmoe", "mixtral", "qwen3moe-q8_0", "mixtral-q4_0"),
+                         ::testing::Values("qwen3moe", "qwen2moe", "olmoe", "mixtral", "qwen3moe-q8_0", "mixtral-q4_0",
+                                           "gpt-oss"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');

@@ -219,6 +219,8 @@ void Model::attention(const Batch& batch, KvStorage& kv, int il) {
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;  // 0: the whole causal past
     const float cap = hp.attn_logit_softcap;          // 0: no soft-capping (one test per query)
+    const std::vector<float>& sinks = w_.layers[il].attn_sinks;  // empty: none (gpt-oss has them)
+    const auto sink = [&](int h) { return sinks.empty() ? -std::numeric_limits<float>::infinity() : sinks[h]; };
     const AttnF16Kernels& fk = attn_f16_kernels();
     Scratch& s = *s_;
     // F16 cache slabs are head-major (kv_storage.h): one KV head's rows of a block are
@@ -302,7 +304,7 @@ void Model::attention(const Batch& batch, KvStorage& kv, int il) {
                     const int first_kv = window_begin(own_last - 1);
                     for (int g = 0; g < nh; ++g) {
                         float* sc = scores + static_cast<size_t>(e * nh + g) * ss;
-                        window_softmax(sc, first_kv, own_last, cap);
+                        window_softmax(sc, first_kv, own_last, cap, sink(it.h0 + g));
                         std::fill(sc + p_begin, sc + first_kv, 0.0f);
                         std::fill(sc + own_last, sc + last_all, 0.0f);
                     }
@@ -348,7 +350,7 @@ void Model::attention(const Batch& batch, KvStorage& kv, int il) {
                 const int first_kv = window_begin(pos);
                 for (int g = 0; g < nh; ++g) {
                     float* sc = scores + static_cast<size_t>(i * nh + g) * ss;
-                    window_softmax(sc, first_kv, pos + 1, cap);
+                    window_softmax(sc, first_kv, pos + 1, cap, sink(it.h0 + g));
                     std::fill(sc + v_begin, sc + first_kv, 0.0f);
                 }
             }
@@ -396,6 +398,8 @@ void Model::attention_q8_0(const Batch& batch, KvStorage& kv, int il) {
     const float scale = hp.kq_scale;
     const int n_swa = hp.is_swa(il) ? hp.n_swa : 0;
     const float cap = hp.attn_logit_softcap;
+    const std::vector<float>& sinks = w_.layers[il].attn_sinks;
+    const auto sink = [&](int h) { return sinks.empty() ? -std::numeric_limits<float>::infinity() : sinks[h]; };
     const QuantKernels& kq = quant_kernels(DType::kQ8_0);
     Scratch& s = *s_;
     pool_->run([&](int i_thread, int n_threads) {
@@ -416,7 +420,7 @@ void Model::attention_q8_0(const Batch& batch, KvStorage& kv, int il) {
                 const uint8_t* krow = kv.head_rows(false, sq.block_table[p / bs], il, kvh, hd) + (p % bs) * head_bytes;
                 scores[p] = kq.vec_dot(hd, krow, qq) * scale;
             }
-            window_softmax(scores, first_kv, n_kv, cap);
+            window_softmax(scores, first_kv, n_kv, cap, sink(h));
             std::fill(acc, acc + hd, 0.0f);
             for (int p = first_kv; p < n_kv; ++p) {
                 const uint8_t* vrow = kv.head_rows(true, sq.block_table[p / bs], il, kvh, hd) + (p % bs) * head_bytes;

@@ -139,6 +139,9 @@ void Model::attn_output(const LayerWeights& L, int t0, int t1) {
     const int E = w_.hp.n_embd;
     const size_t a = static_cast<size_t>(t0) * E;
     float* o = s.proj.data() + a;
+    if (!L.bo.empty()) {
+        for (int t = t0; t < t1; ++t) vec_add(o + static_cast<size_t>(t - t0) * E, L.bo.data(), o + static_cast<size_t>(t - t0) * E, E);
+    }
     if (!L.post_attn_norm.empty()) rms_norm_rows(o, E, L.post_attn_norm.data(), o, E, t1 - t0, E, w_.hp.rms_eps);
     vec_add(s.x.data() + a, o, s.x.data() + a, static_cast<int64_t>(t1 - t0) * E);
 }
@@ -275,23 +278,44 @@ void Model::embed(const Batch& batch) {
 }
 
 // RoPE tables of the batch's positions, computed as ggml does (theta *= theta_scale per pair, in
-// float) so that positions rotate bit-for-bit like llama.cpp's. Local (sliding-window) layers
-// have their own base, scale 1 and no frequency factors.
+// float; YaRN as ggml's rope_yarn) so that positions rotate bit-for-bit like llama.cpp's. Local
+// (sliding-window) layers have their own base, and scale 1 and no frequency factors unless the
+// architecture scales them as the global ones (rope_scaled_swa).
 void Model::rope_tables(int n_tok) {
     const ModelHParams& hp = w_.hp;
     Scratch& s = *s_;
     const int half = hp.n_rot / 2;
     const auto rope_table = [&](float base, float freq_scale, const float* factors, float* cos_out, float* sin_out) {
         const float theta_scale = std::pow(base, -2.0f / static_cast<float>(hp.n_rot));
+        const float ext = hp.yarn_ext_factor;
+        float mscale = hp.yarn_attn_factor;
+        float corr[2] = {0, 0};
+        if (ext != 0.0f) {
+            // ggml_rope_yarn_corr_dims: the pairs whose wavelengths span the original context.
+            const auto corr_dim = [&](float beta) {
+                return static_cast<float>(hp.n_rot) *
+                       std::log(static_cast<float>(hp.n_ctx_orig_yarn) / (beta * 2.0f * static_cast<float>(M_PI))) /
+                       (2.0f * std::log(base));
+            };
+            corr[0] = std::max(0.0f, std::floor(corr_dim(hp.yarn_beta_fast)));
+            corr[1] = std::min(static_cast<float>(hp.n_rot - 1), std::ceil(corr_dim(hp.yarn_beta_slow)));
+            mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+        }
         for (int t = 0; t < n_tok; ++t) {
             float theta = static_cast<float>(s.pos[t]);
             float* cs = cos_out + static_cast<size_t>(t) * half;
             float* sn = sin_out + static_cast<size_t>(t) * half;
             for (int i = 0; i < half; ++i) {
                 const float ff = factors ? factors[i] : 1.0f;
-                const float th = freq_scale * (theta / ff);
-                cs[i] = std::cos(th);
-                sn[i] = std::sin(th);
+                const float extrap = theta / ff;
+                float th = freq_scale * extrap;
+                if (ext != 0.0f) {
+                    const float y = (static_cast<float>(i) - corr[0]) / std::max(0.001f, corr[1] - corr[0]);
+                    const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * ext;
+                    th = th * (1.0f - ramp) + extrap * ramp;
+                }
+                cs[i] = std::cos(th) * mscale;
+                sn[i] = std::sin(th) * mscale;
                 theta *= theta_scale;
             }
         }
@@ -299,7 +323,8 @@ void Model::rope_tables(int n_tok) {
     rope_table(hp.rope_freq_base, hp.rope_freq_scale, w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data(),
                s.rope_cos.data(), s.rope_sin.data());
     if (!s.rope_cos_swa.empty()) {
-        rope_table(hp.rope_freq_base_swa, 1.0f, nullptr, s.rope_cos_swa.data(), s.rope_sin_swa.data());
+        rope_table(hp.rope_freq_base_swa, hp.rope_scaled_swa ? hp.rope_freq_scale : 1.0f, nullptr,
+                   s.rope_cos_swa.data(), s.rope_sin_swa.data());
     }
 }
 

@@ -57,11 +57,18 @@ inline void for_token_ranges(ThreadPool& pool, int n_tok, F&& f) {
 // positions before it masked (-inf: weight 0), because llama.cpp's rows start at position 0 with
 // the window masked: its softmax sums groups of 8 positions in float, then the groups in double,
 // so the groups must start where its do for the weights to round the same.
-inline void window_softmax(float* sc, int first, int end, float cap) {
+// With a sink (gpt-oss; -inf: none), the head's sink logit takes part in the maximum and the sum
+// as one more position without a value, as ggml's soft_max with sinks.
+inline void window_softmax(float* sc, int first, int end, float cap,
+                           float sink = -std::numeric_limits<float>::infinity()) {
     if (cap > 0) attn_softcap(sc + first, end - first, cap);
     const int begin = first / 8 * 8;
     std::fill(sc + begin, sc + first, -std::numeric_limits<float>::infinity());
-    softmax_inplace(sc + begin, end - begin);
+    if (sink == -std::numeric_limits<float>::infinity()) return softmax_inplace(sc + begin, end - begin);
+    const float m = std::max(max_finite(sc + first, end - first), sink);
+    double sum = exp_shifted(sc + begin, m, 1.0f, sc + begin, end - begin);
+    sum += std::exp(sink - m);
+    vec_scale(sc + begin, static_cast<float>(1.0 / sum), sc + begin, end - begin);
 }
 
 // Rotates one head (n_rot leading dims) in place by the per-token cos/sin table, in llama.cpp's
@@ -123,6 +130,7 @@ struct Model::Scratch {
     std::vector<int32_t> moe_next;    // (n_expert) grouping cursor
     std::vector<int32_t> moe_pair_tok;  // (n_tok * K) token of each row
     std::vector<int32_t> moe_row_of;    // (n_tok, K) row of each pair
+    std::vector<int32_t> moe_row_expert;  // (n_tok * K) expert of each row
     std::vector<uint8_t> moe_act;     // (n_tok * K, row bytes) quantized inputs in expert order
     std::vector<float> moe_gate, moe_up;  // (n_tok * K, n_ff_exp)
     std::vector<float> moe_down;          // (n_tok * K, n_embd)

@@ -38,17 +38,20 @@ ExpertRouting Model::expert_routing() const {
 
 // The router: each token's chosen experts and their weights (moe_sel, moe_w, n_expert_used
 // per token, by rank), from the router's logits in moe_router.
-void Model::moe_route(int t0, int t1) {
+void Model::moe_route(int il, int t0, int t1) {
     const ModelHParams& hp = w_.hp;
     Scratch& s = *s_;
     const int E = hp.n_expert, K = hp.n_expert_used;
     thread_local std::vector<int32_t> order;  // (grows once per thread)
     order.resize(E);
+    const bool after_top_k = w_.traits.moe_gating == MoeGating::kSoftmaxWeight;
+    const std::vector<float>& bias = w_.layers[il].gate_inp_b;
     for (int t = t0; t < t1; ++t) {
         float* p = s.moe_router.data() + static_cast<size_t>(t) * E;
-        softmax_inplace(p, E);
+        if (!bias.empty()) vec_add(p, bias.data(), p, E);
+        if (!after_top_k) softmax_inplace(p, E);
         std::iota(order.begin(), order.end(), 0);
-        // The largest first; equal probabilities by expert id (a stable descending order).
+        // The largest first; equal values by expert id (a stable descending order).
         std::partial_sort(order.begin(), order.begin() + K, order.end(),
                           [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
         int32_t* sel = s.moe_sel.data() + static_cast<size_t>(t) * K;
@@ -57,6 +60,7 @@ void Model::moe_route(int t0, int t1) {
             sel[k] = order[k];
             w[k] = p[order[k]];
         }
+        if (after_top_k) softmax_inplace(w, K);  // gpt-oss: weights from the chosen logits alone
         if (w_.traits.moe_norm_weights) {
             float sum = 0.0f;
             for (int k = 0; k < K; ++k) sum += w[k];
@@ -87,8 +91,19 @@ void Model::moe_group(int il, int n_tok) {
         for (int k = 0; k < K; ++k) {
             const int row = next[s.moe_sel[t * K + k]]++;
             s.moe_pair_tok[row] = t;
+            s.moe_row_expert[row] = s.moe_sel[t * K + k];
             s.moe_row_of[t * K + k] = row;
         }
+    }
+}
+
+// gpt-oss's clamped SwiGLU into gate, as ggml's swiglu_oai (alpha 1.702, limit 7).
+static void swiglu_oai(float* gate, const float* up, int64_t n) {
+    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = std::min(gate[i], kLimit);
+        const float y = std::clamp(up[i], -kLimit, kLimit);
+        gate[i] = x / (1.0f + std::exp(kAlpha * (-x))) * (y + 1.0f);
     }
 }
 
@@ -151,7 +166,7 @@ void Model::moe_ffn(const LayerWeights& L, const LayerJobs& J, int il, int n_tok
     const int n_rows = n_tok * K;
     // Router (and the shared expert's gate and up), inputs quantized by ffn_input.
     matmuls(J.ffn_in, J.n_ffn_in, n_tok, true, /*quantized=*/true);
-    for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { moe_route(t0, t1); });
+    for_token_ranges(*pool_, n_tok, [&](int t0, int t1) { moe_route(il, t0, t1); });
     moe_group(il, n_tok);
 
     // Gate and up inputs: each token's row quantized once, gathered into expert order.
@@ -197,13 +212,26 @@ void Model::moe_ffn(const LayerWeights& L, const LayerJobs& J, int il, int n_tok
     }
     expert_products(jobs.data(), static_cast<int>(jobs.size()));
 
-    // silu(gate) * up, quantized for down, still in expert order.
+    // The activation of gate and up (their experts' biases first, where the layer has them),
+    // quantized for down, still in expert order.
     const int64_t mid_rb = act_row_stride(dtype_row_bytes(down_at, F));
     uint8_t* in_down = s.moe_act.data();
+    const bool biased = !L.gate_exps_b.empty();
+    const bool oai = w_.traits.ffn_act == FfnActivation::kSwigluOai;
     for_token_ranges(*pool_, n_rows, [&](int r0, int r1) {
         for (int r = r0; r < r1; ++r) {
             float* g = s.moe_gate.data() + static_cast<size_t>(r) * F;
-            silu_mul(g, s.moe_up.data() + static_cast<size_t>(r) * F, g, F);
+            float* u = s.moe_up.data() + static_cast<size_t>(r) * F;
+            if (biased) {
+                const size_t e = static_cast<size_t>(s.moe_row_expert[r]) * F;
+                vec_add(u, L.up_exps_b.data() + e, u, F);
+                vec_add(g, L.gate_exps_b.data() + e, g, F);
+            }
+            if (oai) {
+                swiglu_oai(g, u, F);
+            } else {
+                silu_mul(g, u, g, F);
+            }
             down_q(g, in_down + r * mid_rb, F);
         }
     });
@@ -215,6 +243,14 @@ void Model::moe_ffn(const LayerWeights& L, const LayerJobs& J, int il, int n_tok
                         s.moe_down.data() + static_cast<size_t>(r0) * E});
     }
     expert_products(jobs.data(), static_cast<int>(jobs.size()));
+    if (!L.down_exps_b.empty()) {
+        for_token_ranges(*pool_, n_rows, [&](int r0, int r1) {
+            for (int r = r0; r < r1; ++r) {
+                float* d = s.moe_down.data() + static_cast<size_t>(r) * E;
+                vec_add(d, L.down_exps_b.data() + static_cast<size_t>(s.moe_row_expert[r]) * E, d, E);
+            }
+        });
+    }
 
     // The shared expert (its gate and up came with the router).
     if (L.w_down) {
