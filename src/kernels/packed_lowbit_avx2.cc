@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "core/check.h"
 #include "kernels/isa_variant.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/quant_blocks.h"
@@ -950,6 +951,7 @@ void gemm_packed8_lowbit(int64_t n, const void* w, int64_t n_rows, const void* a
     if (n_cols < kUnpackMinCols) {
         int32_t ysum[kUnpackMinCols - 1][kMaxBlocks];
         if constexpr (T::kYSum) {
+            CHECK_MSG(nb <= kMaxBlocks, "gemm_packed8: more than 1024 blocks in a row");
             for (int64_t c = 0; c < n_cols; ++c) {
                 for (int64_t i = 0; i < nb; ++i) {
                     const __m256i q = ld256(ap + c * a_row_bytes + i * kQ80Bytes + offsetof(BlockQ8_0, qs));
