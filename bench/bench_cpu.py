@@ -13,7 +13,8 @@ faster of the two.
 
 Also measured in the same run: memory read bandwidth (bench/stream.cc, compiled here with
 -march=native; 1 GiB, best of 5) and from it the decode bound of each model (bandwidth / weight
-bytes read per token: every tensor except the embedding table, of which one row); and, for one
+bytes read per token: every tensor except the embedding table, of which one row, and of a mixture
+of experts' expert tensors the share one token routes to); and, for one
 model, load time and peak RSS of `ferrox run` against llama.cpp's (each a fresh process).
 
 Usage:
@@ -83,23 +84,29 @@ def thp_setting():
 
 
 def model_facts(path):
-    """Type name, all tensor bytes, and the weight bytes one decode step reads."""
+    """Type name, all tensor bytes, and the weight bytes one decode step reads (of a mixture of
+    experts' *_exps tensors, the expert_used_count / expert_count share a token routes to)."""
     import gguf
     r = gguf.GGUFReader(path)
     ft = r.fields.get("general.file_type")
     ftype = FILE_TYPES.get(int(ft.contents()), "?") if ft is not None else "?"
-    total, embd = 0, None
+    arch = r.fields["general.architecture"].contents()
+    n_exp, n_used = (r.fields.get(f"{arch}.{k}") for k in ("expert_count", "expert_used_count"))
+    exp_share = n_used.contents() / n_exp.contents() if n_exp is not None and n_used is not None else 1.0
+    total, embd, experts = 0, None, 0
     names = set()
     for t in r.tensors:
         total += int(t.n_bytes)
         names.add(t.name)
         if t.name == "token_embd.weight":
             embd = t
-    per_token = total
+        if "_exps." in t.name:
+            experts += int(t.n_bytes)
+    per_token = total - experts + int(experts * exp_share)
     if embd is not None and "output.weight" in names:
         # Untied: only one row of the embedding table is read per token.
         n_rows = int(embd.shape[1]) if len(embd.shape) > 1 else 1
-        per_token = total - int(embd.n_bytes) + int(embd.n_bytes) // max(1, n_rows)
+        per_token -= int(embd.n_bytes) - int(embd.n_bytes) // max(1, n_rows)
     return {"type": ftype, "bytes": total, "bytes_per_token": per_token}
 
 

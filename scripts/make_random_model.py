@@ -21,6 +21,9 @@ of experts instead: every layer's FFN is N experts of --expert-ffn (3-D ffn_*_ex
 an F32 router, the attention has per-head QK norms; e.g. Qwen3-30B-A3B's shapes with fewer layers:
   --experts 128 --experts-used 8 --expert-ffn 768 --hidden 2048 --heads 32 --kv-heads 4
   --head-dim 128 --layers 8
+With --arch gpt-oss as well: gpt-oss's graph (biases, sinks, YaRN, sliding window), e.g.
+gpt-oss-20b's shapes: --arch gpt-oss --experts 32 --experts-used 4 --expert-ffn 2880
+  --hidden 2880 --heads 64 --kv-heads 8 --head-dim 64 --types MXFP4_MOE
 
 Usage: python3 scripts/make_random_model.py [-o models/random-1b] [--types F16,Q4_0,Q8_0,Q4_K_M]
        [--hidden 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000] [--seed 1]
@@ -92,7 +95,8 @@ def write_f16(path, a, tok):
     q_dim = a.heads * head_dim
     kv_dim = a.kv_heads * head_dim
     moe = a.experts > 0
-    arch = "qwen3moe" if moe else "llama"
+    arch = a.arch if a.arch else "qwen3moe" if moe else "llama"
+    oss = arch == "gpt-oss"
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"ferrox random {os.path.basename(a.out)}")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
@@ -109,7 +113,12 @@ def write_f16(path, a, tok):
         w.add_expert_count(a.experts)
         w.add_expert_used_count(a.experts_used)
         w.add_expert_feed_forward_length(a.expert_ffn)
-    w.add_rope_freq_base(10000.0)
+    if oss:  # gpt-oss-20b's attention: 128-position window on even layers, YaRN 32x over 4096
+        w.add_sliding_window(128)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+    w.add_rope_freq_base(150000.0 if oss else 10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(a.vocab)
     w.add_tokenizer_model("gpt2")
@@ -140,8 +149,19 @@ def write_f16(path, a, tok):
                   (p + "attn_k.weight", (kv_dim, a.hidden), np.float16),
                   (p + "attn_v.weight", (kv_dim, a.hidden), np.float16),
                   (p + "attn_output.weight", (a.hidden, q_dim), np.float16),
-                  (p + "ffn_norm.weight", (a.hidden,), np.float32)]
-        if moe:
+                  (p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), (a.hidden,), np.float32)]
+        if oss:
+            e, f = a.experts, a.expert_ffn
+            specs += [(p + "attn_q.bias", (q_dim,), "bias"), (p + "attn_k.bias", (kv_dim,), "bias"),
+                      (p + "attn_v.bias", (kv_dim,), "bias"), (p + "attn_output.bias", (a.hidden,), "bias"),
+                      (p + "attn_sinks.weight", (a.heads,), "bias"),
+                      (p + "ffn_gate_inp.weight", (e, a.hidden), "router"), (p + "ffn_gate_inp.bias", (e,), "bias"),
+                      (p + "ffn_gate_exps.weight", (e, f, a.hidden), np.float16),
+                      (p + "ffn_up_exps.weight", (e, f, a.hidden), np.float16),
+                      (p + "ffn_down_exps.weight", (e, a.hidden, f), np.float16),
+                      (p + "ffn_gate_exps.bias", (e, f), "bias"), (p + "ffn_up_exps.bias", (e, f), "bias"),
+                      (p + "ffn_down_exps.bias", (e, a.hidden), "bias")]
+        elif moe:
             e, f = a.experts, a.expert_ffn
             specs += [(p + "attn_q_norm.weight", (head_dim,), np.float32),
                       (p + "attn_k_norm.weight", (head_dim,), np.float32),
@@ -157,7 +177,7 @@ def write_f16(path, a, tok):
     for name, shape, dt in specs:
         n = int(np.prod(shape))
         n_params += n
-        dt = np.float32 if dt == "router" else dt
+        dt = np.float32 if dt in ("router", "bias") else dt
         w.add_tensor_info(name, shape, np.dtype(dt), n * np.dtype(dt).itemsize)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -166,6 +186,8 @@ def write_f16(path, a, tok):
     for name, shape, dt in specs:
         if dt == "router":  # F32, as converters write it; weights large enough to route unevenly
             w.write_tensor_data(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05))
+        elif dt == "bias":  # F32 biases and sinks, small
+            w.write_tensor_data(rng.standard_normal(shape, dtype=np.float32) * np.float32(0.1))
         elif dt == np.float32:  # RMSNorm weights
             w.write_tensor_data(np.ones(shape, dtype=np.float32))
         elif len(shape) == 3:  # experts, drawn one at a time (a layer's are GBs of floats)
@@ -218,6 +240,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--head-dim", type=int, default=0, help="attention.key_length (0: hidden / heads)")
     ap.add_argument("--experts", type=int, default=0, help="a qwen3moe mixture of this many experts")
+    ap.add_argument("--arch", choices=["gpt-oss"], help="gpt-oss instead of qwen3moe (with --experts)")
     ap.add_argument("--experts-used", type=int, default=8)
     ap.add_argument("--expert-ffn", type=int, default=768)
     ap.add_argument("--ctx", type=int, default=2048, help="llama.context_length")
@@ -230,8 +253,9 @@ def main():
     ap.add_argument("--quantize-bin", help="llama.cpp's llama-quantize to run instead of the llama_cpp "
                     "package (its libraries beside it)")
     a = ap.parse_args()
-    if (not a.head_dim and a.hidden % a.heads) or a.heads % a.kv_heads or a.hidden % 256 or a.ffn % 256 \
-            or a.expert_ffn % 256:
+    kq = 32 if a.arch == "gpt-oss" else 256  # gpt-oss's 2880 is made for MXFP4's blocks of 32
+    if (not a.head_dim and a.hidden % a.heads) or a.heads % a.kv_heads or a.hidden % kq or a.ffn % 256 \
+            or a.expert_ffn % kq:
         sys.exit("need hidden % heads == 0, heads % kv_heads == 0, hidden and ffn multiples of 256 (K-quants)")
     types = [t.strip() for t in a.types.split(",") if t.strip()]
     for t in types:

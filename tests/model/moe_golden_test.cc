@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loader/gguf.h"
+#include "loader/gguf_writer.h"
 #include "model/model.h"
 #include "support/test_kv.h"
 #include "testing/generate.h"
@@ -161,6 +162,92 @@ TEST(MoeRouting, CountsEveryTokensChoicesPerLayer) {
         EXPECT_EQ(sum, prompt.size() * 4) << il;
         EXPECT_GT(used, 4u) << il;  // the router spreads the tokens
     }
+}
+
+// A copy of one of the models with its metadata changed (`set`: a key to replace or add, as a
+// GGUF value) and one tensor more (`extra`, F32, unless empty), parsed from memory.
+struct Rewritten {
+    std::vector<uint8_t> bytes;
+    std::unique_ptr<GgufFile> file;
+};
+// `as_arch`: the file relabelled as that architecture (general.architecture and its keys).
+Rewritten rewrite(const std::string& name, const std::string& key, const GgufValue* value, const std::string& extra,
+                  std::vector<int64_t> extra_ne = {}, const std::string& as_arch = "") {
+    auto src = GgufFile::open(std::string(FERROX_MOE_MODELS) + "/" + name + ".gguf");
+    EXPECT_TRUE(src.has_value());
+    GgufWriter w;
+    bool replaced = false;
+    const std::string arch = *(*src)->find("general.architecture")->as_string();
+    for (const auto& [k0, v] : (*src)->metadata()) {
+        std::string k = k0;
+        if (!as_arch.empty() && k.rfind(arch + ".", 0) == 0) k = as_arch + k.substr(arch.size());
+        if (!as_arch.empty() && k == "general.architecture") {
+            GgufValue a = v;
+            a.v = as_arch;
+            w.add_value(k, a);
+            continue;
+        }
+        if (k == key) {
+            if (value) w.add_value(k, *value);
+            replaced = true;
+        } else {
+            w.add_value(k, v);
+        }
+    }
+    if (!replaced && value) w.add_value(key, *value);
+    for (const TensorView& t : (*src)->tensors()) {
+        const auto* p = static_cast<const uint8_t*>(t.data);
+        w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims)),
+                     std::vector<uint8_t>(p, p + t.n_bytes()));
+    }
+    if (!extra.empty()) {
+        int64_t n = 1;
+        for (int64_t d : extra_ne) n *= d;
+        w.add_tensor(extra, DType::kF32, extra_ne, std::vector<uint8_t>(n * 4, 0));
+    }
+    Rewritten r;
+    r.bytes = w.finish();
+    auto f = GgufFile::parse(r.bytes.data(), r.bytes.size(), name + "-rewritten.gguf");
+    EXPECT_TRUE(f.has_value()) << f.status().message();
+    if (f.has_value()) r.file = std::move(*f);
+    return r;
+}
+
+std::string load_error(const Rewritten& r) {
+    if (!r.file) return "(not parsed)";
+    ModelOptions mo;
+    mo.n_threads = 1;
+    mo.max_ctx = 64;
+    auto m = Model::load(*r.file, mo);
+    return m.has_value() ? "(loaded)" : m.status().message();
+}
+
+// What the graph does not compute is refused in one line naming it, never ignored.
+TEST(MoeLoad, UnsupportedTensorsAndKeysAreOneLineErrorsNamingThem) {
+    GgufValue two;
+    two.type = GgufType::kUint32;
+    two.v = uint64_t{2};
+    const std::string grouped = load_error(rewrite("qwen3moe", "qwen3moe.expert_group_count", &two, ""));
+    EXPECT_NE(grouped.find("'qwen3moe.expert_group_count'"), std::string::npos) << grouped;
+    const std::string bias = load_error(rewrite("qwen3moe", "", nullptr, "blk.1.exp_probs_b.bias", {16}));
+    EXPECT_NE(bias.find("tensor 'blk.1.exp_probs_b.bias' is not supported"), std::string::npos) << bias;
+    const std::string router_bias = load_error(rewrite("mixtral", "", nullptr, "blk.0.ffn_gate_inp.bias", {8}));
+    EXPECT_NE(router_bias.find("'blk.0.ffn_gate_inp.bias'"), std::string::npos) << router_bias;
+    // Experts in a dense architecture's file, and a MoE architecture without experts.
+    const std::string dense = load_error(rewrite("qwen3moe", "", nullptr, "", {}, "qwen3"));
+    EXPECT_NE(dense.find("expert_count"), std::string::npos) << dense;
+    const std::string no_experts = load_error(rewrite("olmoe", "olmoe.expert_count", nullptr, ""));
+    EXPECT_NE(no_experts.find("missing metadata 'olmoe.expert_count'"), std::string::npos) << no_experts;
+    // expert_used_count beyond expert_count.
+    GgufValue many = two;
+    many.v = uint64_t{99};
+    const std::string used = load_error(rewrite("olmoe", "olmoe.expert_used_count", &many, ""));
+    EXPECT_NE(used.find("expert_used_count"), std::string::npos) << used;
+    for (const std::string* e : {&grouped, &bias, &router_bias, &dense, &no_experts, &used}) {
+        EXPECT_EQ(e->find('\n'), std::string::npos) << *e;
+    }
+    // The unmodified copy loads (the errors above come from the changes).
+    EXPECT_EQ(load_error(rewrite("qwen3moe", "", nullptr, "")), "(loaded)");
 }
 
 // One thread or two: the same bits (the expert products' units go to either thread).
