@@ -56,6 +56,7 @@ MODELS = {
     "qwen3moe-q8_0": ("qwen3moe", 11, 16, 4, 32, 0, Q.Q8_0),
     "mixtral-q4_0": ("llama", 14, 8, 2, 32, 0, Q.Q4_0),
     "gpt-oss": ("gpt-oss", 15, 8, 2, 32, 0, None),
+    "gpt-oss-mxfp4": ("gpt-oss", 15, 8, 2, 32, 0, Q.MXFP4),
 }
 
 
@@ -96,8 +97,9 @@ def write_model(path, name):
     def norm(n):
         return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
 
-    def weight(tname, a):  # the matrices in the model's quant type (router and norms stay F32)
-        if quant is None or a.ndim == 1 or "gate_inp" in tname:
+    def weight(tname, a):  # the matrices in the model's quant type (router and norms stay F32;
+        # MXFP4, as gpt-oss ships it, only for the experts)
+        if quant is None or a.ndim == 1 or "gate_inp" in tname or (quant == Q.MXFP4 and "_exps" not in tname):
             w.add_tensor(tname, a)
         else:
             w.add_tensor(tname, gguf.quants.quantize(a, quant), raw_dtype=quant)

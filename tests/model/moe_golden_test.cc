@@ -1,9 +1,9 @@
 // Mixtures of experts against llama.cpp on tiny random-weight checkpoints of every routed
-// architecture (qwen3moe, qwen2moe with its shared expert, olmoe, Mixtral as llama), written
+// architecture (qwen3moe, qwen2moe with its shared expert, olmoe, Mixtral as llama, gpt-oss), written
 // into the build tree by scripts/golden/moe_random.py --models-only (the ctest fixture
 // moe_random_models, numpy and gguf only); the same script ran llama.cpp on the same bytes,
-// sha256 checked, for tests/model/golden/moe_llamacpp.json. Two of them carry Q8_0 and Q4_0
-// matrices, so the experts go through the packed many-column products.
+// sha256 checked, for tests/model/golden/moe_llamacpp.json. Three of them carry Q8_0, Q4_0 and
+// (gpt-oss's experts) MXFP4 matrices, so the experts go through the packed many-column products.
 // Not bit-identical in general (F32 products summed in other orders than ggml's), within 1e-3
 // of logits up to ~9; the Q4_0 model's logits came out bit-identical.
 #include <gtest/gtest.h>
@@ -135,7 +135,7 @@ TEST_P(MoeGolden, BatchedSequencesGiveTheirAloneBits) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, MoeGolden,
                          ::testing::Values("qwen3moe", "qwen2moe", "olmoe", "mixtral", "qwen3moe-q8_0", "mixtral-q4_0",
-                                           "gpt-oss"),
+                                           "gpt-oss", "gpt-oss-mxfp4"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
