@@ -34,8 +34,19 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
 // llama.cpp's scalar path. Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 use a plain min/max
 // (or abs-max) fit, each documented with its error bound in quants_ref.cc: valid blocks, but
 // not llama-quantize's error-searching fit (nor its importance matrix), so their bytes differ
-// from a GGUF file's; they exist for tests and tools, not to write model files.
+// from a GGUF file's; they exist for tests and tools, not to write model files (quantize_row_ggml
+// below writes those five types as llama.cpp does).
 void quantize_row_ref(DType type, const float* src, void* dst, int64_t n);
+
+// llama.cpp's own quantizers for Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, byte for byte: what
+// ggml_quantize_chunk(type, ...) writes without an importance matrix (llama-quantize without
+// --imatrix; ggml's quantize_row_q2_K_ref, quantize_row_q3_K_ref, quantize_iq4_nl,
+// quantize_iq4_xs, quantize_row_mxfp4_ref), the error-searching fits included. For writing model
+// files that are llama.cpp's, and for tests; slow (IQ4_* try 15 scales per block of 32). n is a
+// multiple of the type's block size (CHECKed). Tested against libggml's bytes in
+// tests/kernels/quantize_ggml_test.cc.
+bool has_ggml_quantizer(DType type);
+void quantize_row_ggml(DType type, const float* src, void* dst, int64_t n);
 
 // Dot product of one weight row of weight_type with one activation row of
 // vec_dot_type(weight_type). F32/F16/BF16 accumulate in double; quantized types sum integer
