@@ -53,8 +53,8 @@ const std::vector<FlagSpec> kRunFlags = {
     {{"--ids"}, false, "print generated token ids instead of text"},
     {{"--ignore-eos"}, false, "keep generating past end-of-generation tokens"},
     {{"--no-display-prompt"}, false, "accepted for llama.cpp compatibility (the prompt is never echoed)"},
-    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
-    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (less load time and memory; slower prompts; a mixture's experts stay mapped too); the default for files over 3/4 of memory"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default for files that fit)"},
     {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
     {{"-h", "--help"}, false, "this help"},
 };
@@ -176,6 +176,7 @@ int cmd_run(int argc, char** argv) {
     mo.n_threads = *n_threads;
     mo.ggml_order = args->has("--ggml-order");
     mo.mmap = args->has("--mmap");
+    mo.mmap_auto = !args->has("--no-mmap");
     mo.max_ctx = *n_ctx > 0 ? *n_ctx : 4096;
     auto lm = load_model(*model_path, mo);
     if (!lm.has_value()) return fail(lm.status());
@@ -267,8 +268,8 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--kv-budget"}, true, "KV cache size in MiB (replaces -c as the pool size)"},
     {{"--kv-type"}, true, "KV cache type: f16 (default) or q8_0"},
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
-    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (slower decode, less load time)"},
-    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default)"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (less load time and memory; slower prompts; a mixture's experts stay mapped too); the default for files over 3/4 of memory"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default for files that fit)"},
     {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
     {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
     {{"-t", "--threads"}, true, "threads (default: all cores)"},
@@ -516,6 +517,7 @@ int cmd_serve(int argc, char** argv) {
     mo.max_ctx = *kv_budget > 0 && !args->has("-c") ? (1 << 17) : *n_ctx;
     mo.max_batch_tokens = *n_batch;
     mo.mmap = args->has("--mmap");
+    mo.mmap_auto = !args->has("--no-mmap");
     mo.ggml_order = args->has("--ggml-order");
     EngineOptions& eo = defaults->engine;
     eo.n_parallel = *n_par;

@@ -34,8 +34,14 @@ struct ModelOptions {
     int max_batch_tokens = 512;  // largest Batch::tokens.size() a forward accepts
     int max_ctx = 4096;     // longest sequence attention must handle
     // Weights a matrix product does not repack stay in the file's mapping (true) or are copied
-    // into the model's huge-page memory (false). load_model() maps the file either way.
+    // into the model's huge-page memory (false). load_model() maps the file either way. With
+    // mmap, a mixture of experts' expert tensors are not repacked either: they stay mapped,
+    // read in place by the row kernels (a file larger than memory still runs; a token reads
+    // only its experts' pages).
     bool mmap = false;
+    // load_model() sets mmap for a file whose weights exceed 3/4 of physical memory (the CLI's
+    // default when neither --mmap nor --no-mmap is given).
+    bool mmap_auto = false;
     // Repack matrices of types with a packed decode layout (8 rows interleaved) at load.
     bool repack = true;
     // Matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build

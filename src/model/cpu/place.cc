@@ -82,8 +82,11 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
         bool widen = false;  // Q5_0 rewritten as Q8_0 (then packed, unless in llama.cpp's order)
     };
     std::vector<Move> todo;
-    auto consider = [&](const TensorView** w) {
+    // experts: a mixture's 3-D expert tensors, which ModelOptions::mmap leaves mapped and
+    // unpacked (they are most of such a file, and a token reads a few experts of each).
+    auto consider = [&](const TensorView** w, bool experts = false) {
         if (!*w) return;
+        if (experts && opts_.mmap) return;
         const TensorView& t = **w;
         const QuantKernels& k = quant_kernels(t.type);
         // (A 3-D experts' tensor is packed as its n_expert * n_out rows: with n_out % 8 == 0 no
@@ -103,10 +106,10 @@ void Model::place_weights(const GgufFile& f, bool repack, bool copy) {
         if (pack || widen || copy) todo.push_back({w, pack || (widen && !x86_order(k8)), widen});
     };
     for (LayerWeights& L : w_.layers) {
-        for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.gate_inp,
-                                     &L.gate_exps, &L.up_exps, &L.down_exps}) {
+        for (const TensorView** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.gate_inp}) {
             consider(w);
         }
+        for (const TensorView** w : {&L.gate_exps, &L.up_exps, &L.down_exps}) consider(w, /*experts=*/true);
     }
     const bool tied = w_.output == w_.tok_embd;
     if (!tied) consider(&w_.output);
