@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "engine/metrics.h"
 #include "loader/gguf.h"
 #include "loader/gguf_writer.h"
 #include "model/model.h"
@@ -162,6 +163,18 @@ TEST(MoeRouting, CountsEveryTokensChoicesPerLayer) {
         EXPECT_EQ(sum, prompt.size() * 4) << il;
         EXPECT_GT(used, 4u) << il;  // the router spreads the tokens
     }
+}
+
+// The Prometheus text of a routing: one counter per layer and expert, one ratio per layer.
+TEST(MoeRouting, PrometheusTextHasACounterPerExpertAndTheLoadRatio) {
+    ExpertRouting r{2, 4, {3, 1, 0, 4, 2, 2, 2, 2}};
+    const std::string text = expert_routing_prometheus(r);
+    EXPECT_NE(text.find("# TYPE ferrox_moe_routed_tokens_total counter"), std::string::npos);
+    EXPECT_NE(text.find("ferrox_moe_routed_tokens_total{layer=\"0\",expert=\"3\"} 4\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("ferrox_moe_routed_tokens_total{layer=\"1\",expert=\"0\"} 2\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("ferrox_moe_layer_max_load_ratio{layer=\"0\"} 2\n"), std::string::npos) << text;  // 4 / 2
+    EXPECT_NE(text.find("ferrox_moe_layer_max_load_ratio{layer=\"1\"} 1\n"), std::string::npos) << text;  // even
+    EXPECT_EQ(expert_routing_prometheus(ExpertRouting{}), "");  // a dense model adds nothing
 }
 
 // A copy of one of the models with its metadata changed (`set`: a key to replace or add, as a
