@@ -261,18 +261,36 @@ void quantize_q3_k(const float* x, BlockQ3_K* y) {
 
 // ---- IQ4_NL, IQ4_XS ------------------------------------------------------------------------
 
+// IQ4_NL's levels as floats, for the search below.
+constexpr float kIQ4Levels[16] = {-127.f, -104.f, -83.f, -65.f, -49.f, -35.f, -22.f, -10.f,
+                                  1.f,    13.f,   25.f,  38.f,  53.f,  69.f,  89.f,  113.f};
+
+// For an integer k in [-127, 112], the index of the highest level <= k.
+struct IQ4Bracket {
+    uint8_t lo[240];
+    constexpr IQ4Bracket() : lo() {
+        for (int k = -127; k <= 112; ++k) {
+            int i = 0;
+            while (i < 15 && kIQ4NLValues[i + 1] <= k) ++i;
+            lo[k + 127] = static_cast<uint8_t>(i);
+        }
+    }
+};
+constexpr IQ4Bracket kIQ4Bracket;
+
 // The index of the level of kIQ4NLValues nearest to v, as ggml's best_index_int8: below the
 // lowest or above the highest level the end, else between the bracketing levels lo <= v < hi
-// the lower one only when strictly nearer. Branch-free search for lo (the binary search finds
-// the same bracket: the levels are strictly increasing).
+// the lower one only when strictly nearer (that comparison in ggml's float expression). The
+// levels are integers, so the bracket is the one of floor(v): a table lookup instead of ggml's
+// binary search, the same bracket.
 inline int best_index_iq4(float v) {
     if (v <= -127.f) return 0;
     if (v >= 113.f) return 15;
     if (v != v) return 15;  // NaN: ggml's search runs to the top
-    int lo = -1;
-    for (int i = 0; i < 15; ++i) lo += static_cast<float>(kIQ4NLValues[i]) <= v ? 1 : 0;
-    const float below = static_cast<float>(kIQ4NLValues[lo]), above = static_cast<float>(kIQ4NLValues[lo + 1]);
-    return v - below < above - v ? lo : lo + 1;
+    int k = static_cast<int>(v + 128.f) - 128;  // floor(v), or one more where the sum rounded up
+    k -= static_cast<float>(k) > v ? 1 : 0;
+    const int lo = kIQ4Bracket.lo[k + 127];
+    return v - kIQ4Levels[lo] < kIQ4Levels[lo + 1] - v ? lo : lo + 1;
 }
 
 // ggml's quantize_row_iq4_nl_impl with ntry = 7 and no importance matrix (weights x^2), for a
@@ -316,17 +334,22 @@ void quantize_iq4(const float* x, int n_sub, uint16_t* dh, uint8_t* qs, uint16_t
         }
         d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
         float best = d * sumqx;
-        for (int t = -kTry; t <= kTry; ++t) {
-            id = static_cast<float>(t + kIQ4NLValues[0]) / max;
-            sumqx = sumq2 = 0;
-            for (int j = 0; j < 32; ++j) {
-                const float q = static_cast<float>(kIQ4NLValues[best_index_iq4(id * xb[j])]);
-                sumqx += w[j] * q * xb[j];
-                sumq2 += w[j] * q * q;
+        // The 15 trials' sums, each accumulated in element order as ggml's, side by side (the
+        // chains are independent), then compared in ggml's order of trials.
+        float tid[2 * kTry + 1], tqx[2 * kTry + 1] = {}, tq2[2 * kTry + 1] = {};
+        for (int t = 0; t <= 2 * kTry; ++t) tid[t] = static_cast<float>(t - kTry + kIQ4NLValues[0]) / max;
+        for (int j = 0; j < 32; ++j) {
+            const float xj = xb[j], wj = w[j];
+            for (int t = 0; t <= 2 * kTry; ++t) {
+                const float q = kIQ4Levels[best_index_iq4(tid[t] * xj)];
+                tqx[t] += wj * q * xj;
+                tq2[t] += wj * q * q;
             }
-            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-                d = sumqx / sumq2;
-                best = d * sumqx;
+        }
+        for (int t = 0; t <= 2 * kTry; ++t) {
+            if (tq2[t] > 0 && tqx[t] * tqx[t] > best * tq2[t]) {
+                d = tqx[t] / tq2[t];
+                best = d * tqx[t];
             }
         }
         scales[ib] = d;
