@@ -42,7 +42,7 @@ DEFAULT_MODELS = ["models/SmolLM2-135M-Instruct.Q4_1.gguf"] + [
 RSS_MODEL = "models/random-1b/random-1b.Q4_0.gguf"
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
-              17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+              17: "Q5_K_M", 18: "Q6_K", 25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16", 38: "MXFP4_MOE"}
 
 
 def log(msg):
