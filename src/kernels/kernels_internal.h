@@ -10,7 +10,7 @@
 namespace ferrox::detail {
 
 // Weight types in table order. kernel_index() maps a DType into [0, kNumWeightTypes) or -1.
-constexpr int kNumWeightTypes = 16;
+constexpr int kNumWeightTypes = 23;
 int kernel_index(DType type);
 DType kernel_type_at(int index);
 

@@ -8,7 +8,7 @@
 //   The 5th bit of element j (Q5_*) is bit j of the little-endian uint32 qh.
 // fp16 fields are IEEE half bit patterns (convert with fp16_to_fp32).
 //
-// All structs have 2-byte alignment at most (Q8_K: 4; MXFP4: 1, 17-byte blocks), so a row of blocks needs no padding and
+// All structs have 2-byte alignment at most (Q8_K: 4; MXFP4, IQ1_M: 1), so a row of blocks needs no padding and
 // a pointer into a GGUF tensor (32-byte aligned data section) is always suitably aligned.
 
 #include <cstdint>
@@ -154,6 +154,82 @@ struct BlockMXFP4 {
     uint8_t qs[kQK / 2];
 };
 
+// ---- the grid formats: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M ----
+// 256 elements per super-block, 8 sub-blocks of 32 (ib = e / 32). Elements come in groups of 8
+// (IQ3: index groups of 4) whose magnitudes are one entry of a fixed grid (iq_grids.inc: entry k,
+// byte j = element j's magnitude), so a group costs a grid index instead of 8 quants. The signs
+// (IQ2/IQ3) are 8 bits per group of 8 (bit j set: element j negative); the XXS/XS formats store
+// only 7 of them, the 8th being their parity (kIQSigns[7 bits] restores the byte). Scales are
+// odd integers 2s + 1 of a 3- or 4-bit s. fp16 d first, except IQ1_M.
+//
+// IQ2_XXS (2.06 bits): sub-block ib is qs[4ib .. 4ib + 3] read as two little-endian uint32:
+//   the first holds 4 bytes, the grid indices (kIQ2XXSGrid) of groups l = 0..3;
+//   the second holds sign codes (bits 7l .. 7l + 6 for group l) and s in bits 28..31;
+//   value = d * (0.5 + s) * 0.25 * grid * sign   (= d * (2s + 1) / 8 * grid * sign).
+struct BlockIQ2_XXS {
+    uint16_t d;
+    uint16_t qs[kQK_K / 8];
+};
+
+// IQ2_XS (2.31 bits): group g = 4ib + l is qs[g]: grid index (kIQ2XSGrid) in bits 0..8, sign
+// code in bits 9..15. scales[ib]: s of groups 0, 1 in the low nibble, of groups 2, 3 in the high
+// one; value = d * (0.5 + s) * 0.25 * grid * sign.
+struct BlockIQ2_XS {
+    uint16_t d;
+    uint16_t qs[kQK_K / 8];
+    uint8_t scales[kQK_K / 32];
+};
+
+// IQ2_S (2.56 bits): group g = 4ib + l: grid index (kIQ2SGrid, 10 bits) = qs[g] | bits 2l, 2l + 1
+// of qh[ib] << 8; its 8 sign bits are the whole byte qs[32 + g] (no parity rule). scales as
+// IQ2_XS's; value = d * (0.5 + s) * 0.25 * grid * sign.
+struct BlockIQ2_S {
+    uint16_t d;
+    uint8_t qs[kQK_K / 4];  // [0, 32) grid index low bytes, [32, 64) signs
+    uint8_t qh[kQK_K / 32];
+    uint8_t scales[kQK_K / 32];
+};
+
+// IQ3_XXS (3.06 bits): elements 4k .. 4k + 3 are grid entry qs[k] (kIQ3XXSGrid, 4 magnitudes),
+// k < 64. Sub-block ib's sign codes and scale: the little-endian uint32 at qs[64 + 4ib]: code of
+// the group of 8 elements l (= index groups 2l, 2l + 1) in bits 7l .. 7l + 6, s in bits 28..31;
+// value = d * (0.5 + s) * 0.5 * grid * sign   (= d * (2s + 1) / 4 * grid * sign).
+struct BlockIQ3_XXS {
+    uint16_t d;
+    uint8_t qs[3 * kQK_K / 8];
+};
+
+// IQ3_S (3.44 bits): elements 4k .. 4k + 3 are grid entry qs[k] | ((qh[k / 8] >> (k % 8)) & 1) << 8
+// (kIQ3SGrid, 9 bits); signs[e / 8] bit e % 8 is element e's sign; scales[ib / 2] holds s of
+// sub-block ib in nibble ib % 2; value = d * (2s + 1) * grid * sign.
+struct BlockIQ3_S {
+    uint16_t d;
+    uint8_t qs[kQK_K / 4];
+    uint8_t qh[kQK_K / 32];
+    uint8_t signs[kQK_K / 8];
+    uint8_t scales[kQK_K / 64];
+};
+
+// IQ1_S (1.56 bits): group g = 4ib + l: grid index (kIQ1SGrid, values -1, 0, 1) = qs[g] |
+// bits 3l .. 3l + 2 of qh[ib] << 8; qh[ib] bits 12..14: s, bit 15: the sign of the shift delta;
+// value = d * (2s + 1) * (grid + delta), delta = +-0.125 (no sign bits).
+struct BlockIQ1_S {
+    uint16_t d;
+    uint8_t qs[kQK_K / 8];
+    uint16_t qh[kQK_K / 32];
+};
+
+// IQ1_M (1.75 bits): group g = 4ib + l: grid index = qs[g] | (nibble of qh[2ib + l / 2], low for
+// even l, high for odd) & 7 << 8; that nibble's bit 3: delta negative. Per 16 elements a 3-bit
+// s: with sc[k] the 4 little-endian uint16 of scales, s of elements 32ib + 16h .. + 15 (h = l / 2)
+// is bits 6 (ib % 2) + 3h .. + 2 of sc[ib / 2]. The fp16 d has no field of its own: its 16 bits
+// are the top nibbles of sc[0..3] (sc[0] >> 12 the lowest). value = d * (2s + 1) * (grid + delta).
+struct BlockIQ1_M {
+    uint8_t qs[kQK_K / 8];
+    uint8_t qh[kQK_K / 16];
+    uint8_t scales[kQK_K / 32];
+};
+
 // IQ4_NL's and IQ4_XS's 16 levels (the format's table, ggml's kvalues_iq4nl).
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
@@ -183,6 +259,13 @@ static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockMXFP4) == 17);
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56);
 
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block.
 inline void kquant_scale_min(const uint8_t* s, int j, uint8_t* sc, uint8_t* m) {
@@ -204,6 +287,13 @@ inline int q3k_scale(const uint8_t* s, int j) {
 // IQ4_XS's scale j (0..7) as stored, in [0, 63] (subtract 32 for the signed scale).
 inline int iq4xs_scale(uint16_t scales_h, const uint8_t* scales_l, int j) {
     return ((scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((scales_h >> (2 * j)) & 3) << 4);
+}
+
+// IQ1_M's fp16 d, gathered from the top nibbles of its 4 scale words.
+inline uint16_t iq1m_d(const uint8_t* scales) {
+    uint16_t sc[4];
+    __builtin_memcpy(sc, scales, 8);
+    return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
 }
 
 // MXFP4's block scale 2^(e - 128) as ggml's ggml_e8m0_to_fp32_half computes it.

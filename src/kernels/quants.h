@@ -35,7 +35,9 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n);
 // (or abs-max) fit, each documented with its error bound in quants_ref.cc: valid blocks, but
 // not llama-quantize's error-searching fit (nor its importance matrix), so their bytes differ
 // from a GGUF file's; they exist for tests and tools, not to write model files (quantize_row_ggml
-// below writes those five types as llama.cpp does).
+// below writes those five types as llama.cpp does). The grid formats IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M have no quantizer here (CHECK-fails): llama.cpp writes them only
+// with its importance-matrix search (its CPU backend has no from_float for them either).
 void quantize_row_ref(DType type, const float* src, void* dst, int64_t n);
 
 // llama.cpp's own quantizers for Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, byte for byte: what
@@ -51,12 +53,14 @@ void quantize_row_ggml(DType type, const float* src, void* dst, int64_t n);
 // Dot product of one weight row of weight_type with one activation row of
 // vec_dot_type(weight_type). F32/F16/BF16 accumulate in double; quantized types sum integer
 // products per block and scale in float, as ggml's generic C code does (IQ4_XS: one integer sum
-// per super-block, its 6-bit scales applied as integers, where ggml scales each 32 in float).
+// per super-block, its 6-bit scales applied as integers, where ggml scales each 32 in float; the
+// IQ1/IQ2/IQ3 grid formats exactly as ggml's generic code: one integer sum per super-block,
+// (dx * dy) * sum added in float, ggml's constant 1/8 (IQ2) or 1/4 (IQ3_XXS) on the row's sum).
 float vec_dot_ref(DType weight_type, int64_t n, const void* w, const void* a);
 
 // The activation type a weight type is multiplied with:
 // Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-// IQ4_XS -> Q8_K; F32/F16/BF16 -> same.
+// IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M -> Q8_K; F32/F16/BF16 -> same.
 // CHECK-fails for types that are not weight types (Q8_1, Q8_K).
 DType vec_dot_type(DType weight_type);
 

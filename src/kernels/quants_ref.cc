@@ -855,6 +855,270 @@ float dot_mxfp4(int64_t n, const void* w, const void* a) {
     return sum;
 }
 
+// ---- grid formats: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (x Q8_K) ----
+//
+// No quantizer: ggml has none without an importance matrix for most of them (its CPU type
+// traits leave from_float unset), and a file of these types comes from llama-quantize. So
+// quantize_row_ref CHECK-fails for them (quant_iq_none); the tests use random blocks, every bit
+// pattern of which is a valid block. Dequantize: ggml's dequantize_row_iq* float steps. Dot:
+// ggml's generic vec_dot_iq*_q8_K, one exact integer sum per super-block (sub-block sums times
+// the odd integer scales 2s + 1), then (dx * dy) * sum in float, and ggml's final constant
+// (1/8 for IQ2, 1/4 for IQ3_XXS) applied to the row's float sum at the end.
+
+#include "kernels/iq_grids.inc"
+
+inline uint32_t le32(const void* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+// Byte j (0..7) of grid entry e.
+inline int grid8(uint64_t e, int j) { return static_cast<int>((e >> (8 * j)) & 0xff); }
+inline int grid4(uint32_t e, int j) { return static_cast<int>((e >> (8 * j)) & 0xff); }
+inline int sgn(uint8_t signs, int j) { return (signs >> j) & 1 ? -1 : 1; }
+
+void quant_iq_none(const float*, void*, int64_t) {
+    CHECK_MSG(false, "no quantizer for the IQ1/IQ2/IQ3 grid formats (llama-quantize writes them)");
+}
+
+// The element magnitudes (grid bytes, unsigned) and signs of a super-block of IQ2_XXS / IQ2_XS /
+// IQ2_S / IQ3_XXS / IQ3_S, and each sub-block's s (two per sub-block for the 16-element scales
+// of IQ2_XS / IQ2_S: s16[2ib], s16[2ib + 1]; the others repeat one).
+struct IqDecoded {
+    int mag[kQK_K];
+    int sign[kQK_K];
+    int s16[16];
+};
+
+void iq2xxs_decode(const BlockIQ2_XXS& b, IqDecoded* o) {
+    for (int ib = 0; ib < 8; ++ib) {
+        const uint32_t idx = le32(b.qs + 4 * ib), aux = le32(b.qs + 4 * ib + 2);
+        o->s16[2 * ib] = o->s16[2 * ib + 1] = static_cast<int>(aux >> 28);
+        for (int l = 0; l < 4; ++l) {
+            const uint64_t g = kIQ2XXSGrid[(idx >> (8 * l)) & 255];
+            const uint8_t s = kIQSigns[(aux >> (7 * l)) & 127];
+            for (int j = 0; j < 8; ++j) {
+                o->mag[32 * ib + 8 * l + j] = grid8(g, j);
+                o->sign[32 * ib + 8 * l + j] = sgn(s, j);
+            }
+        }
+    }
+}
+
+void iq2xs_decode(const BlockIQ2_XS& b, IqDecoded* o) {
+    for (int ib = 0; ib < 8; ++ib) {
+        o->s16[2 * ib] = b.scales[ib] & 15;
+        o->s16[2 * ib + 1] = b.scales[ib] >> 4;
+        for (int l = 0; l < 4; ++l) {
+            const uint16_t q = b.qs[4 * ib + l];
+            const uint64_t g = kIQ2XSGrid[q & 511];
+            const uint8_t s = kIQSigns[q >> 9];
+            for (int j = 0; j < 8; ++j) {
+                o->mag[32 * ib + 8 * l + j] = grid8(g, j);
+                o->sign[32 * ib + 8 * l + j] = sgn(s, j);
+            }
+        }
+    }
+}
+
+void iq2s_decode(const BlockIQ2_S& b, IqDecoded* o) {
+    for (int ib = 0; ib < 8; ++ib) {
+        o->s16[2 * ib] = b.scales[ib] & 15;
+        o->s16[2 * ib + 1] = b.scales[ib] >> 4;
+        for (int l = 0; l < 4; ++l) {
+            const int g4 = 4 * ib + l;
+            const uint64_t g = kIQ2SGrid[b.qs[g4] | (((b.qh[ib] >> (2 * l)) & 3) << 8)];
+            for (int j = 0; j < 8; ++j) {
+                o->mag[8 * g4 + j] = grid8(g, j);
+                o->sign[8 * g4 + j] = sgn(b.qs[32 + g4], j);
+            }
+        }
+    }
+}
+
+void iq3xxs_decode(const BlockIQ3_XXS& b, IqDecoded* o) {
+    for (int ib = 0; ib < 8; ++ib) {
+        const uint32_t aux = le32(b.qs + 64 + 4 * ib);
+        o->s16[2 * ib] = o->s16[2 * ib + 1] = static_cast<int>(aux >> 28);
+        for (int l = 0; l < 4; ++l) {
+            const uint8_t s = kIQSigns[(aux >> (7 * l)) & 127];
+            for (int j = 0; j < 8; ++j) {
+                const int e = 32 * ib + 8 * l + j;
+                o->mag[e] = grid4(kIQ3XXSGrid[b.qs[e / 4]], j % 4);
+                o->sign[e] = sgn(s, j);
+            }
+        }
+    }
+}
+
+void iq3s_decode(const BlockIQ3_S& b, IqDecoded* o) {
+    for (int ib = 0; ib < 8; ++ib) o->s16[2 * ib] = o->s16[2 * ib + 1] = (b.scales[ib / 2] >> (4 * (ib % 2))) & 15;
+    for (int e = 0; e < kQK_K; ++e) {
+        const int k = e / 4;
+        o->mag[e] = grid4(kIQ3SGrid[b.qs[k] | (((b.qh[k / 8] >> (k % 8)) & 1) << 8)], e % 4);
+        o->sign[e] = sgn(b.signs[e / 8], e % 8);
+    }
+}
+
+// dst = d * (0.5 + s) * f * mag * sign with ggml's float steps (f = 0.25 for IQ2, 0.5 for
+// IQ3_XXS), or, for IQ3_S (f = 0), d * (1 + 2s) * mag * sign.
+void iq_dequant_decoded(float d, const IqDecoded& o, float f, float* dst) {
+    for (int e = 0; e < kQK_K; ++e) {
+        const int s = o.s16[e / 16];
+        const float db = f != 0 ? d * (0.5f + static_cast<float>(s)) * f : d * static_cast<float>(1 + 2 * s);
+        dst[e] = db * static_cast<float>(o.mag[e]) * static_cast<float>(o.sign[e]);
+    }
+}
+
+// One super-block's integer sum: sum over 16-element halves of (2s + 1) * sum(mag * sign * y).
+int iq_block_sum(const IqDecoded& o, const int8_t* y) {
+    int sum = 0;
+    for (int h = 0; h < 16; ++h) {
+        int s = 0;
+        for (int l = 0; l < 16; ++l) s += o.mag[16 * h + l] * o.sign[16 * h + l] * y[16 * h + l];
+        sum += (2 * o.s16[h] + 1) * s;
+    }
+    return sum;
+}
+
+template <class Block, void (*Decode)(const Block&, IqDecoded*)>
+void dequant_iq_signed(const void* src, float* dst, int64_t n, float f) {
+    const auto* b = static_cast<const Block*>(src);
+    IqDecoded o;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        Decode(b[i], &o);
+        iq_dequant_decoded(h2f(b[i].d), o, f, dst);
+    }
+}
+
+// sum_i (dx * dy) * block sum, then times `post` (ggml's 0.125f, 0.25f or 1).
+template <class Block, void (*Decode)(const Block&, IqDecoded*)>
+float dot_iq_signed(int64_t n, const void* w, const void* a, float post) {
+    const auto* x = static_cast<const Block*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    IqDecoded o;
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        Decode(x[i], &o);
+        const float d = h2f(x[i].d) * y[i].d;
+        sum += d * static_cast<float>(iq_block_sum(o, y[i].qs));
+    }
+    return post == 1.0f ? sum : post * sum;
+}
+
+void dequant_iq2_xxs(const void* s, float* d, int64_t n) { dequant_iq_signed<BlockIQ2_XXS, iq2xxs_decode>(s, d, n, 0.25f); }
+void dequant_iq2_xs(const void* s, float* d, int64_t n) { dequant_iq_signed<BlockIQ2_XS, iq2xs_decode>(s, d, n, 0.25f); }
+void dequant_iq2_s(const void* s, float* d, int64_t n) { dequant_iq_signed<BlockIQ2_S, iq2s_decode>(s, d, n, 0.25f); }
+void dequant_iq3_xxs(const void* s, float* d, int64_t n) { dequant_iq_signed<BlockIQ3_XXS, iq3xxs_decode>(s, d, n, 0.5f); }
+void dequant_iq3_s(const void* s, float* d, int64_t n) { dequant_iq_signed<BlockIQ3_S, iq3s_decode>(s, d, n, 0.0f); }
+float dot_iq2_xxs(int64_t n, const void* w, const void* a) { return dot_iq_signed<BlockIQ2_XXS, iq2xxs_decode>(n, w, a, 0.125f); }
+float dot_iq2_xs(int64_t n, const void* w, const void* a) { return dot_iq_signed<BlockIQ2_XS, iq2xs_decode>(n, w, a, 0.125f); }
+float dot_iq2_s(int64_t n, const void* w, const void* a) { return dot_iq_signed<BlockIQ2_S, iq2s_decode>(n, w, a, 0.125f); }
+float dot_iq3_xxs(int64_t n, const void* w, const void* a) { return dot_iq_signed<BlockIQ3_XXS, iq3xxs_decode>(n, w, a, 0.25f); }
+float dot_iq3_s(int64_t n, const void* w, const void* a) { return dot_iq_signed<BlockIQ3_S, iq3s_decode>(n, w, a, 1.0f); }
+
+// IQ1_S / IQ1_M: per group of 8 its grid values (-1, 0, 1), delta sign (+1, -1) and per
+// 16 elements s.
+struct Iq1Decoded {
+    int v[kQK_K];
+    int delta[32];  // per group of 8
+    int s16[16];
+};
+
+void iq1s_decode(const BlockIQ1_S& b, Iq1Decoded* o) {
+    for (int ib = 0; ib < 8; ++ib) {
+        const uint16_t qh = b.qh[ib];
+        o->s16[2 * ib] = o->s16[2 * ib + 1] = (qh >> 12) & 7;
+        for (int l = 0; l < 4; ++l) {
+            const uint64_t g = kIQ1SGrid[b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+            o->delta[4 * ib + l] = qh & 0x8000 ? -1 : 1;
+            for (int j = 0; j < 8; ++j) o->v[32 * ib + 8 * l + j] = static_cast<int8_t>(grid8(g, j));
+        }
+    }
+}
+
+void iq1m_decode(const BlockIQ1_M& b, Iq1Decoded* o) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, 8);
+    for (int ib = 0; ib < 8; ++ib) {
+        for (int h = 0; h < 2; ++h) o->s16[2 * ib + h] = (sc[ib / 2] >> (6 * (ib % 2) + 3 * h)) & 7;
+        for (int l = 0; l < 4; ++l) {
+            const int nibble = (b.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 15;
+            const uint64_t g = kIQ1SGrid[b.qs[4 * ib + l] | ((nibble & 7) << 8)];
+            o->delta[4 * ib + l] = nibble & 8 ? -1 : 1;
+            for (int j = 0; j < 8; ++j) o->v[32 * ib + 8 * l + j] = static_cast<int8_t>(grid8(g, j));
+        }
+    }
+}
+
+// value = d * (2s + 1) * (grid + delta * 0.125), ggml's steps.
+void iq1_dequant_decoded(float d, const Iq1Decoded& o, float* dst) {
+    for (int e = 0; e < kQK_K; ++e) {
+        const float dl = d * static_cast<float>(2 * o.s16[e / 16] + 1);
+        const float delta = o.delta[e / 8] < 0 ? -0.125f : 0.125f;
+        dst[e] = dl * (static_cast<float>(o.v[e]) + delta);
+    }
+}
+
+void dequant_iq1_s(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockIQ1_S*>(src);
+    Iq1Decoded o;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        iq1s_decode(b[i], &o);
+        iq1_dequant_decoded(h2f(b[i].d), o, dst);
+    }
+}
+
+void dequant_iq1_m(const void* src, float* dst, int64_t n) {
+    const auto* b = static_cast<const BlockIQ1_M*>(src);
+    Iq1Decoded o;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i, dst += kQK_K) {
+        iq1m_decode(b[i], &o);
+        iq1_dequant_decoded(h2f(iq1m_d(b[i].scales)), o, dst);
+    }
+}
+
+// Per super-block two exact integer sums, sumi = sum (2s + 1) * sum(grid * y) and sumd =
+// sum (2s + 1) * delta * sum(y), then (dx * dy) * (sumi + 0.125f * sumd) as ggml (IQ1_S takes
+// sum(y) per 32 from the bsums, IQ1_M per 8 from the quants: the same integers).
+float iq1_block_term(float dxdy, const Iq1Decoded& o, const int8_t* y) {
+    int sumi = 0, sumd = 0;
+    for (int h = 0; h < 16; ++h) {
+        int si = 0, sd = 0;
+        for (int l = 0; l < 16; ++l) {
+            si += o.v[16 * h + l] * y[16 * h + l];
+            sd += o.delta[(16 * h + l) / 8] * y[16 * h + l];
+        }
+        sumi += (2 * o.s16[h] + 1) * si;
+        sumd += (2 * o.s16[h] + 1) * sd;
+    }
+    return dxdy * (static_cast<float>(sumi) + 0.125f * static_cast<float>(sumd));
+}
+
+float dot_iq1_s(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockIQ1_S*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    Iq1Decoded o;
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        iq1s_decode(x[i], &o);
+        sum += iq1_block_term(h2f(x[i].d) * y[i].d, o, y[i].qs);
+    }
+    return sum;
+}
+
+float dot_iq1_m(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const BlockIQ1_M*>(w);
+    const auto* y = static_cast<const BlockQ8_K*>(a);
+    Iq1Decoded o;
+    float sum = 0;
+    for (int64_t i = 0; i < n_blocks(n, kQK_K); ++i) {
+        iq1m_decode(x[i], &o);
+        sum += iq1_block_term(h2f(iq1m_d(x[i].scales)) * y[i].d, o, y[i].qs);
+    }
+    return sum;
+}
+
 // ---- per-type dispatch of the *_ref entry points ----
 
 struct RefFns {
@@ -882,6 +1146,13 @@ constexpr RefFns kRef[] = {
     {DType::kIQ4_NL, dequant_iq4_nl, quant_iq4_nl, dot_iq4_nl, DType::kQ8_0},
     {DType::kIQ4_XS, dequant_iq4_xs, quant_iq4_xs, dot_iq4_xs, DType::kQ8_K},
     {DType::kMXFP4, dequant_mxfp4, quant_mxfp4, dot_mxfp4, DType::kQ8_0},
+    {DType::kIQ2_XXS, dequant_iq2_xxs, quant_iq_none, dot_iq2_xxs, DType::kQ8_K},
+    {DType::kIQ2_XS, dequant_iq2_xs, quant_iq_none, dot_iq2_xs, DType::kQ8_K},
+    {DType::kIQ2_S, dequant_iq2_s, quant_iq_none, dot_iq2_s, DType::kQ8_K},
+    {DType::kIQ3_XXS, dequant_iq3_xxs, quant_iq_none, dot_iq3_xxs, DType::kQ8_K},
+    {DType::kIQ3_S, dequant_iq3_s, quant_iq_none, dot_iq3_s, DType::kQ8_K},
+    {DType::kIQ1_S, dequant_iq1_s, quant_iq_none, dot_iq1_s, DType::kQ8_K},
+    {DType::kIQ1_M, dequant_iq1_m, quant_iq_none, dot_iq1_m, DType::kQ8_K},
     // activation-only types
     {DType::kQ8_1, dequant_q8_1, quant_q8_1, nullptr, DType::kQ8_1},
     {DType::kQ8_K, dequant_q8_k, detail::quantize_row_q8_k_ref, nullptr, DType::kQ8_K},
@@ -952,6 +1223,13 @@ void fill_scalar_quant_kernels(QuantKernels* table) {
     table[13].vec_dot_rows = vec_dot_rows_loop<dot_iq4_nl>;
     table[14].vec_dot_rows = vec_dot_rows_loop<dot_iq4_xs>;
     table[15].vec_dot_rows = vec_dot_rows_loop<dot_mxfp4>;
+    table[16].vec_dot_rows = vec_dot_rows_loop<dot_iq2_xxs>;
+    table[17].vec_dot_rows = vec_dot_rows_loop<dot_iq2_xs>;
+    table[18].vec_dot_rows = vec_dot_rows_loop<dot_iq2_s>;
+    table[19].vec_dot_rows = vec_dot_rows_loop<dot_iq3_xxs>;
+    table[20].vec_dot_rows = vec_dot_rows_loop<dot_iq3_s>;
+    table[21].vec_dot_rows = vec_dot_rows_loop<dot_iq1_s>;
+    table[22].vec_dot_rows = vec_dot_rows_loop<dot_iq1_m>;
 }
 
 }  // namespace detail

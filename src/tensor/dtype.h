@@ -25,8 +25,15 @@ enum class DType : uint32_t {
     kQ5_K = 13,
     kQ6_K = 14,
     kQ8_K = 15,  // activations only (the partner of K-quant dot products)
+    kIQ2_XXS = 16,
+    kIQ2_XS = 17,
+    kIQ3_XXS = 18,
+    kIQ1_S = 19,
     kIQ4_NL = 20,
+    kIQ3_S = 21,
+    kIQ2_S = 22,
     kIQ4_XS = 23,
+    kIQ1_M = 29,
     kBF16 = 30,
     kMXFP4 = 39,
 };

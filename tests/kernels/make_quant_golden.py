@@ -19,6 +19,9 @@ from gguf.constants import GGML_QUANT_SIZES
 rng = np.random.default_rng(20240613)
 # The formats added later draw from their own stream, so the earlier cases keep their bytes.
 rng_lowbit = np.random.default_rng(20261208)
+# The grid formats (IQ1/IQ2/IQ3), added after those: a stream of their own again.
+rng_iq = np.random.default_rng(20261215)
+IQ_GRID_TYPES = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M)
 
 
 def f16_bytes(v):
@@ -27,6 +30,8 @@ def f16_bytes(v):
 
 def random_blocks(qtype, n_blocks):
     rng = rng_lowbit if qtype in (T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4) else globals()["rng"]
+    if qtype in IQ_GRID_TYPES:
+        rng = rng_iq
     block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
     b = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     for i in range(n_blocks):
@@ -50,6 +55,13 @@ def random_blocks(qtype, n_blocks):
         elif qtype == T.MXFP4:
             # E8M0 exponent: the block scale 2^(e - 128); 0 and 1 give the float denormals.
             b[i, 0] = [0, 1, 2, 100, 127, 128, 140, 150][i % 8]
+        elif qtype == T.IQ1_M:
+            # The fp16 d is the top nibbles of the 4 little-endian scale words (bytes 48..55).
+            d = int(f16_bytes(rng.uniform(-0.02, 0.02)).view(np.uint16)[0])
+            for k in range(4):
+                b[i, 49 + 2 * k] = (b[i, 49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 15) << 4)
+        elif qtype in IQ_GRID_TYPES:
+            b[i, 0:2] = f16_bytes(rng.uniform(-0.02, 0.02))
     return b
 
 
@@ -86,7 +98,9 @@ def main():
                      ("kQ5_1", T.Q5_1, 4), ("kQ8_0", T.Q8_0, 4), ("kQ4_K", T.Q4_K, 2),
                      ("kQ5_K", T.Q5_K, 2), ("kQ6_K", T.Q6_K, 2), ("kQ2_K", T.Q2_K, 2),
                      ("kQ3_K", T.Q3_K, 2), ("kIQ4_NL", T.IQ4_NL, 4), ("kIQ4_XS", T.IQ4_XS, 2),
-                     ("kMXFP4", T.MXFP4, 8)]
+                     ("kMXFP4", T.MXFP4, 8), ("kIQ2_XXS", T.IQ2_XXS, 2), ("kIQ2_XS", T.IQ2_XS, 2),
+                     ("kIQ2_S", T.IQ2_S, 2), ("kIQ3_XXS", T.IQ3_XXS, 2), ("kIQ3_S", T.IQ3_S, 2),
+                     ("kIQ1_S", T.IQ1_S, 2), ("kIQ1_M", T.IQ1_M, 2)]
     entries = []
     for name, qt, nb in dequant_types:
         b = random_blocks(qt, nb)

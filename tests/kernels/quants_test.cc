@@ -81,6 +81,29 @@ TEST(QuantLayout, BlockSizesMatchDtypeInfo) {
     EXPECT_EQ(dtype_info(20)->name, "iq4_nl");
     EXPECT_EQ(dtype_info(23)->name, "iq4_xs");
     EXPECT_EQ(dtype_info(39)->name, "mxfp4");
+    // The grid formats.
+    EXPECT_EQ(dtype_info(DType::kIQ2_XXS).block_bytes, static_cast<int64_t>(sizeof(BlockIQ2_XXS)));
+    EXPECT_EQ(dtype_info(DType::kIQ2_XS).block_bytes, static_cast<int64_t>(sizeof(BlockIQ2_XS)));
+    EXPECT_EQ(dtype_info(DType::kIQ2_S).block_bytes, static_cast<int64_t>(sizeof(BlockIQ2_S)));
+    EXPECT_EQ(dtype_info(DType::kIQ3_XXS).block_bytes, static_cast<int64_t>(sizeof(BlockIQ3_XXS)));
+    EXPECT_EQ(dtype_info(DType::kIQ3_S).block_bytes, static_cast<int64_t>(sizeof(BlockIQ3_S)));
+    EXPECT_EQ(dtype_info(DType::kIQ1_S).block_bytes, static_cast<int64_t>(sizeof(BlockIQ1_S)));
+    EXPECT_EQ(dtype_info(DType::kIQ1_M).block_bytes, static_cast<int64_t>(sizeof(BlockIQ1_M)));
+    EXPECT_EQ(offsetof(BlockIQ2_XS, scales), 66u);
+    EXPECT_EQ(offsetof(BlockIQ2_S, qh), 66u);
+    EXPECT_EQ(offsetof(BlockIQ3_S, signs), 74u);
+    EXPECT_EQ(offsetof(BlockIQ3_S, scales), 106u);
+    EXPECT_EQ(offsetof(BlockIQ1_S, qh), 34u);
+    EXPECT_EQ(offsetof(BlockIQ1_M, scales), 48u);
+    const std::pair<uint32_t, const char*> grid_ids[] = {{16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"},
+                                                         {19, "iq1_s"},   {21, "iq3_s"},  {22, "iq2_s"},
+                                                         {29, "iq1_m"}};
+    for (const auto& [id, name] : grid_ids) {
+        ASSERT_TRUE(dtype_info(id).has_value()) << name;
+        EXPECT_EQ(dtype_info(id)->name, name);
+        EXPECT_EQ(static_cast<uint32_t>(dtype_info(id)->type), id);
+        EXPECT_EQ(dtype_info(id)->block_elems, 256);
+    }
     EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
     EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
     EXPECT_EQ(offsetof(BlockQ8_K, bsums), 260u);
@@ -103,6 +126,11 @@ TEST(QuantLayout, VecDotTypesAsGgml) {
     EXPECT_EQ(vec_dot_type(DType::kF16), DType::kF16);
     EXPECT_EQ(vec_dot_type(DType::kBF16), DType::kBF16);
     EXPECT_EQ(vec_dot_type(DType::kF32), DType::kF32);
+    for (DType t : kernel_test::kGridTypes) {
+        EXPECT_TRUE(is_weight_type(t)) << type_name(t);
+        EXPECT_EQ(vec_dot_type(t), DType::kQ8_K) << type_name(t);  // ggml-cpu's type traits
+        EXPECT_EQ(quant_kernels(t).act_type, DType::kQ8_K);
+    }
     EXPECT_FALSE(is_weight_type(DType::kQ8_K));
     EXPECT_FALSE(is_weight_type(DType::kQ8_1));
     for (DType t : kWeightTypes) {
@@ -317,6 +345,13 @@ TEST(QuantGolden, QuantizeRefIsByteExactWithGgml) {
         quantize_row_ref(g.type, g.values, q.data(), g.n);
         for (size_t i = 0; i < g.n_bytes; ++i) ASSERT_EQ(q[i], g.bytes[i]) << "byte " << i;
     }
+}
+
+// The grid formats have no quantizer (quants.h): asking for one is a bug, not a silent zero row.
+TEST(QuantGridDeathTest, QuantizeRefRefusesTheGridFormats) {
+    const std::vector<float> x(256, 1.0f);
+    std::vector<uint8_t> q(static_cast<size_t>(dtype_row_bytes(DType::kIQ2_XXS, 256)));
+    EXPECT_DEATH(quantize_row_ref(DType::kIQ2_XXS, x.data(), q.data(), 256), "no quantizer");
 }
 
 // ---- round trips ----
@@ -720,6 +755,56 @@ TEST_P(QuantIsaTest, LowBitVecDotIsTheReference) {
                 const float got = k.vec_dot(n, w.data(), a.data());
                 ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << got << " vs " << want;
             }
+        }
+    }
+}
+
+// The grid formats (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) on random blocks (every
+// grid index, sign code, scale and delta bit): vec_dot_ref is the float dot of the dequantized
+// weights and the dequantized Q8_K activations (its exact integer sums scaled in float), and the
+// dispatched vec_dot and vec_dot_rows give its bits, for ordinary activations and +-127 everywhere.
+TEST_P(QuantIsaTest, GridVecDotIsTheDequantizedDot) {
+    std::mt19937 rng(31);
+    for (DType t : kernel_test::kGridTypes) {
+        const QuantKernels& k = quant_kernels(t);
+        ASSERT_EQ(k.act_type, DType::kQ8_K);
+        for (int64_t n : {256, 1024, 4096}) {
+            for (int variant = 0; variant < 3; ++variant) {
+                SCOPED_TRACE(type_name(t) + " n=" + std::to_string(n) + " variant " + std::to_string(variant));
+                std::vector<uint8_t> w(static_cast<size_t>(dtype_row_bytes(t, n)));
+                kernel_test::random_blocks(t, w.data(), n, rng);
+                std::vector<float> af = random_row(n, static_cast<uint32_t>(rng()), 2.0f);
+                if (variant == 1)
+                    for (auto& v : af) v = (rng() & 1) ? 3.0f : -3.0f;
+                if (variant == 2)
+                    for (auto& v : af) v = -3.0f;
+                std::vector<uint8_t> a(static_cast<size_t>(dtype_row_bytes(DType::kQ8_K, n)));
+                k.quantize_act_row(af.data(), a.data(), n);
+                const auto wd = dequantize(t, w, n);
+                const auto ad = dequantize(DType::kQ8_K, a, n);
+                double abs_sum;
+                const double exact = dot_double(wd, ad, &abs_sum);
+                const float want = vec_dot_ref(t, n, w.data(), a.data());
+                EXPECT_NEAR(want, exact, 2e-6 * abs_sum + 1e-9) << "reference vs float math";
+                const float got = k.vec_dot(n, w.data(), a.data());
+                ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << got << " vs " << want;
+            }
+        }
+        // vec_dot_rows: a strided stack of rows, vec_dot's bits each.
+        const int64_t n = 512, stride = dtype_row_bytes(t, n) + 7;
+        for (int64_t n_rows : {1, 3, 8, 17}) {
+            std::vector<uint8_t> w(static_cast<size_t>(stride * n_rows), 0xEE);
+            for (int64_t r = 0; r < n_rows; ++r) kernel_test::random_blocks(t, w.data() + r * stride, n, rng);
+            const auto af = random_row(n, static_cast<uint32_t>(rng()));
+            std::vector<uint8_t> a(static_cast<size_t>(dtype_row_bytes(DType::kQ8_K, n)));
+            k.quantize_act_row(af.data(), a.data(), n);
+            std::vector<float> out(static_cast<size_t>(n_rows) + 1, -12345.0f);
+            k.vec_dot_rows(n, w.data(), stride, n_rows, a.data(), out.data());
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float want = vec_dot_ref(t, n, w.data() + r * stride, a.data());
+                ASSERT_EQ(std::memcmp(&out[r], &want, 4), 0) << type_name(t) << " row " << r;
+            }
+            EXPECT_EQ(out[n_rows], -12345.0f) << "wrote past n_rows";
         }
     }
 }

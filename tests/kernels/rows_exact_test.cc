@@ -29,7 +29,8 @@ TEST_P(RowsExact, EveryWeightTypeEveryRowCount) {
     const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,   DType::kQ4_1,
                            DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K,   DType::kQ5_K,
                            DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_NL, DType::kIQ4_XS,
-                           DType::kMXFP4};
+                           DType::kMXFP4, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                           DType::kIQ3_S, DType::kIQ1_S, DType::kIQ1_M};
     for (DType t : types) {
         const QuantKernels& k = quant_kernels(t);
         const int64_t n = 512;
@@ -38,6 +39,10 @@ TEST_P(RowsExact, EveryWeightTypeEveryRowCount) {
             std::vector<uint8_t> w(static_cast<size_t>(row * n_rows), 0);
             std::vector<float> x(n);
             for (int64_t r = 0; r < n_rows; ++r) {
+                if (kernel_test::is_grid_type(t)) {  // no quantizer: random blocks
+                    kernel_test::random_blocks(t, w.data() + r * row, n, rng);
+                    continue;
+                }
                 for (float& v : x) v = nd(rng);
                 quantize_row_ref(t, x.data(), w.data() + r * row, n);
             }

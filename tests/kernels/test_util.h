@@ -44,7 +44,7 @@ inline std::vector<float> random_row(int64_t n, uint32_t seed, float scale = 1.0
 }
 
 // A row of n elements of a quantized type filled with random bytes, every scale field then set
-// to a sane value (fp16 scales in [-0.05, 0.05], MXFP4 exponents 2^-8 .. 2^-4), so the quant
+// to a sane value (fp16 scales in [-0.05, 0.05], IQ1_M's split d too, MXFP4 exponents 2^-8 .. 2^-4), so the quant
 // bits, the packed sub-block scales and the high bits take every pattern the format allows.
 inline void random_blocks(DType type, uint8_t* row, int64_t n, std::mt19937& rng) {
     const DTypeInfo& info = dtype_info(type);
@@ -56,7 +56,7 @@ inline void random_blocks(DType type, uint8_t* row, int64_t n, std::mt19937& rng
         case DType::kQ2_K: half_fields = {80, 82}; break;
         case DType::kQ3_K: half_fields = {108}; break;
         case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: half_fields = {0, 2}; break;
-        case DType::kMXFP4: half_fields = {}; break;
+        case DType::kMXFP4: case DType::kIQ1_M: half_fields = {}; break;
         default: half_fields = {0}; break;
     }
     std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
@@ -67,8 +67,21 @@ inline void random_blocks(DType type, uint8_t* row, int64_t n, std::mt19937& rng
             std::memcpy(blk + off, &h, 2);
         }
         if (type == DType::kMXFP4) blk[0] = static_cast<uint8_t>(120 + rng() % 5);
+        if (type == DType::kIQ1_M) {  // d: the top nibbles of the 4 scale words (bytes 48..55)
+            const uint16_t h = fp32_to_fp16(scale(rng));
+            for (int k = 0; k < 4; ++k)
+                blk[49 + 2 * k] = static_cast<uint8_t>((blk[49 + 2 * k] & 0x0f) | (((h >> (4 * k)) & 15) << 4));
+        }
     }
 }
+
+// The IQ1/IQ2/IQ3 grid formats: no quantize_row_ref (tests take random_blocks rows).
+inline bool is_grid_type(DType t) {
+    return t == DType::kIQ2_XXS || t == DType::kIQ2_XS || t == DType::kIQ2_S || t == DType::kIQ3_XXS ||
+           t == DType::kIQ3_S || t == DType::kIQ1_S || t == DType::kIQ1_M;
+}
+inline constexpr DType kGridTypes[] = {DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                                       DType::kIQ3_S,   DType::kIQ1_S,  DType::kIQ1_M};
 
 inline std::vector<uint8_t> quantize(DType type, const std::vector<float>& x) {
     std::vector<uint8_t> q(
