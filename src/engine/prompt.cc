@@ -164,8 +164,48 @@ Expected<std::string> PromptBuilder::render_json(const Conversation& conv, bool 
     return r;
 }
 
+// A system message after the conversation's first other message, for a template that refuses
+// one there (many raise "System message must be at the beginning"): its text joins the next
+// user message (or, with none after it, the previous one), so the turns before it render as
+// they did without it and stay a cached prefix.
+static bool fold_late_system_messages(Conversation* conv) {
+    std::vector<ChatMessage>& msgs = conv->messages;
+    size_t first_other = 0;
+    while (first_other < msgs.size() && msgs[first_other].role == "system") ++first_other;
+    bool folded = false;
+    for (size_t i = first_other; i < msgs.size();) {
+        if (msgs[i].role != "system") {
+            ++i;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < msgs.size() && msgs[j].role != "user") ++j;
+        if (j < msgs.size()) {
+            msgs[j].content = msgs[i].content + "\n\n" + msgs[j].content;
+        } else {
+            size_t k = i;
+            while (k > 0 && msgs[k - 1].role != "user") --k;
+            if (k == 0) {
+                msgs[i].role = "user";  // no user turn at all: the closest form
+                ++i;
+                folded = true;
+                continue;
+            }
+            msgs[k - 1].content += "\n\n" + msgs[i].content;
+        }
+        msgs.erase(msgs.begin() + static_cast<std::ptrdiff_t>(i));
+        folded = true;
+    }
+    return folded;
+}
+
 Expected<std::string> PromptBuilder::render(const Conversation& conv, bool add_generation_prompt) const {
-    return render_json(conv, add_generation_prompt, /*describe_tools=*/!renders_tools_);
+    auto text = render_json(conv, add_generation_prompt, /*describe_tools=*/!renders_tools_);
+    if (text.has_value()) return text;
+    Conversation folded = conv;
+    if (!fold_late_system_messages(&folded)) return text;
+    auto retry = render_json(folded, add_generation_prompt, /*describe_tools=*/!renders_tools_);
+    return retry.has_value() ? retry : text;
 }
 
 std::vector<int32_t> PromptBuilder::tokenize(std::string_view text) const {

@@ -159,6 +159,23 @@ def test_billing_header_does_not_defeat_the_prefix_cache(claude):
     assert second.usage.cache_read_input_tokens >= 64
 
 
+def test_mid_conversation_system_message_keeps_the_history_cached(claude):
+    # A hook's role:"system" message late in the conversation stays in place (as Anthropic keeps
+    # it): the turns before it are the previous request's prompt, read from the cache.
+    history = [{"role": "user", "content": "Describe the repository layout. " * 6},
+               {"role": "assistant", "content": "It has src, tests, bench and docs folders, each with a README. " * 6},
+               {"role": "user", "content": "And the build? " * 6}]
+    first = claude.messages.create(model=ID, max_tokens=2, extra_body=T0, system="You are a coding agent.",
+                                   messages=history)
+    second = claude.messages.create(model=ID, max_tokens=2, extra_body=T0, system="You are a coding agent.",
+                                    messages=history + [
+                                        {"role": "assistant", "content": "CMake with presets."},
+                                        {"role": "system", "content": "<system-reminder>Files changed.</system-reminder>"},
+                                        {"role": "user", "content": "Run the tests."}])
+    assert first.usage.input_tokens > 100
+    assert second.usage.cache_read_input_tokens >= first.usage.input_tokens - 32  # all but a partial block
+
+
 def test_models_list_in_anthropic_shape(claude):
     models = claude.models.list().data
     assert models[0].id == ID and models[0].type == "model"
@@ -247,6 +264,26 @@ def test_responses_accepts_codex_style_input(oai, server):
     r = httpx.post(server.base + "/v1/responses", json={"model": ID, "input": [
         {"type": "function_call_output", "call_id": "nope", "output": "x"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].call_id"
+
+
+def test_responses_resumed_codex_session_with_local_shell_calls(server):
+    # A resumed Codex session pairs its outputs with local_shell_call items (function_call_output
+    # by call_id, local_shell_call_output by id): accepted, and the calls are in the prompt.
+    def usage(items):
+        r = httpx.post(server.base + "/v1/responses", timeout=60, json={
+            "model": ID, "store": False, "max_output_tokens": 2, "tools": [{"type": "local_shell"}],
+            "input": [{"type": "message", "role": "user", "content": "list files"}] + items +
+                     [{"type": "message", "role": "user", "content": "thanks"}]})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["input_tokens"]
+    shell = [{"type": "local_shell_call", "id": "lsh_1", "call_id": "call_9", "status": "completed",
+              "action": {"type": "exec", "command": ["bash", "-lc", "ls -la"], "timeout_ms": 10000,
+                         "working_directory": "/repo", "env": {}, "user": None}},
+             {"type": "function_call_output", "call_id": "call_9", "output": "a.txt b.txt"},
+             {"type": "local_shell_call", "id": "lsh_2", "call_id": "call_10", "status": "completed",
+              "action": {"type": "exec", "command": ["cat", "a.txt"]}},
+             {"type": "local_shell_call_output", "id": "call_10", "output": "hello"}]
+    assert usage(shell) > usage([]) + 20  # the commands and their outputs were rendered
 
 
 # ---- llama.cpp /completion ----

@@ -264,14 +264,19 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
     for (size_t i = 0; i < messages->size(); ++i) {
         if (!parse_message((*messages)[i], "messages." + std::to_string(i), &conv, &call_ids, err)) return false;
     }
-    // Consecutive system messages (a top-level system plus role:"system" entries) become one,
-    // in front: most templates accept a single leading system message only.
+    // The leading system messages (the top-level system plus role:"system" entries before the
+    // first other message) become one: most templates accept a single leading system message.
+    // A system message later in the conversation (a hook's reminder) stays where it is, as
+    // Anthropic keeps it, so the history before it stays a cached prefix (the prompt builder
+    // folds it into a neighbouring turn where the template refuses it there).
     std::vector<ChatMessage> merged;
     std::string system;
+    bool leading = true;
     for (ChatMessage& m : conv.messages) {
-        if (m.role == "system") {
+        if (m.role == "system" && leading) {
             system += (system.empty() ? "" : "\n\n") + m.content;
         } else {
+            leading = leading && m.role == "system";
             merged.push_back(std::move(m));
         }
     }

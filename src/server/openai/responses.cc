@@ -126,6 +126,30 @@ bool parse_input(const json& input, std::vector<ChatMessage>* msgs, json* items,
                 pending_reasoning.clear();
             }
             msgs->push_back(std::move(m));
+        } else if (type == "local_shell_call") {
+            // Codex's shell calls (the local_shell tool): a call of "local_shell" whose arguments
+            // are the action ({command, working_directory, timeout_ms, env, user}), so a resumed
+            // session's outputs pair with it and the history renders as the turns it was.
+            ToolCall c;
+            if (!f.string("call_id", &c.id, err)) return false;
+            if (c.id.empty() && !f.string("id", &c.id, err)) return false;
+            if (c.id.empty()) {
+                *err = bad_param(where, "'" + where + "' needs 'call_id'.");
+                return false;
+            }
+            c.name = "local_shell";
+            json args = json::object();
+            if (const json* action = f.find("action"); action && action->is_object()) {
+                for (const auto& [k, v] : action->items()) {
+                    if (k != "type") args[k] = v;
+                }
+            }
+            c.arguments = dump(args);
+            ChatMessage& a = assistant_for_call(*msgs);
+            if (a.reasoning.empty()) a.reasoning = std::move(pending_reasoning);
+            pending_reasoning.clear();
+            call_ids.push_back(c.id);
+            a.tool_calls.push_back(std::move(c));
         } else if (type == "function_call" || type == "custom_tool_call") {
             ToolCall c;
             if (!f.string("call_id", &c.id, err) || !f.string("name", &c.name, err)) return false;
@@ -154,10 +178,15 @@ bool parse_input(const json& input, std::vector<ChatMessage>* msgs, json* items,
             pending_reasoning.clear();
             call_ids.push_back(c.id);
             a.tool_calls.push_back(std::move(c));
-        } else if (type == "function_call_output" || type == "custom_tool_call_output") {
+        } else if (type == "function_call_output" || type == "custom_tool_call_output" ||
+                   type == "local_shell_call_output") {
             ChatMessage m;
             m.role = "tool";
             if (!f.string("call_id", &m.tool_call_id, err)) return false;
+            // local_shell_call_output names its call by "id" in OpenAI's schema.
+            if (m.tool_call_id.empty() && type == "local_shell_call_output" && !f.string("id", &m.tool_call_id, err)) {
+                return false;
+            }
             if (std::find(call_ids.begin(), call_ids.end(), m.tool_call_id) == call_ids.end()) {
                 *err = bad_param(where + ".call_id", "Invalid '" + where + ".call_id': no function_call with call_id '" +
                                                          m.tool_call_id + "' comes before it.");
@@ -177,7 +206,7 @@ bool parse_input(const json& input, std::vector<ChatMessage>* msgs, json* items,
                 }
             }
         } else {
-            // item_reference, local_shell_call, web_search_call, ...: nothing for the prompt.
+            // item_reference, web_search_call, ...: nothing for the prompt.
         }
         items->push_back(std::move(item));
     }
