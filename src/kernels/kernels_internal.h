@@ -54,6 +54,7 @@ void fill_scalar_ops(OpsKernels* ops);
     void override_packed_kquants(QuantKernels* table); /* Q4_K, Q5_K, Q6_K */                \
     void override_packed_f16(QuantKernels* table);    /* F16 */                              \
     void override_packed_lowbit(QuantKernels* table); /* Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */ \
+    void override_packed_iq(QuantKernels* table);     /* IQ2_*, IQ3_*, IQ1_* (the grid formats) */ \
     /* static: no out-of-line copy shared between differently compiled objects */          \
     static inline void override_all(QuantKernels* table, OpsKernels* ops) {                \
         override_quant_kernels(table);                                                      \
@@ -61,6 +62,7 @@ void fill_scalar_ops(OpsKernels* ops);
         override_packed_kquants(table);                                                     \
         override_packed_f16(table);                                                         \
         override_packed_lowbit(table); /* after override_quant_kernels: takes its quantizers */ \
+        override_packed_iq(table);     /* likewise */                                       \
         override_ops(ops);                                                                  \
     }                                                                                       \
     }

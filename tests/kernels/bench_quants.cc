@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -40,13 +41,24 @@ double best_seconds(Run run, int iters) {
     return best;
 }
 
+// A weight row of type t: random floats quantized, or for the grid formats (no quantizer) random
+// blocks with sane scales.
+std::vector<uint8_t> weight_row(DType t, int64_t n, uint32_t seed) {
+    if (ferrox::kernel_test::is_grid_type(t)) {
+        std::vector<uint8_t> q(static_cast<size_t>(ferrox::dtype_row_bytes(t, n)));
+        std::mt19937 rng(seed);
+        ferrox::kernel_test::random_blocks(t, q.data(), n, rng);
+        return q;
+    }
+    return ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, seed, 0.05f));
+}
+
 double bench(DType t, int64_t n_rows, int64_t n, int iters, bool use_rows, float* sink) {
     const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
     const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
     std::vector<uint8_t> w(static_cast<size_t>(row_bytes * n_rows));
     for (int64_t r = 0; r < n_rows; ++r) {
-        const auto q =
-            ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, 1 + r, 0.05f));
+        const auto q = weight_row(t, n, static_cast<uint32_t>(1 + r));
         std::copy(q.begin(), q.end(), w.begin() + r * row_bytes);
     }
     const auto af = ferrox::kernel_test::random_row(n, 12345);
@@ -73,7 +85,7 @@ double bench_packed(DType t, int64_t n_cols, int iters, float* sink, bool ref_or
     const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
     std::vector<uint8_t> w(static_cast<size_t>(row_bytes * n_rows)), packed(w.size());
     for (int64_t r = 0; r < n_rows; ++r) {
-        const auto q = ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, 1 + r, 0.05f));
+        const auto q = weight_row(t, n, static_cast<uint32_t>(1 + r));
         std::copy(q.begin(), q.end(), w.begin() + r * row_bytes);
     }
     k.repack8(w.data(), n, n_rows, packed.data());
@@ -159,17 +171,20 @@ int lowbit_table(int iters) {
     for (const char* isa : {"avx2", "avx512"}) {
         if (!ferrox::kernels_isa_available(isa)) continue;
         ferrox::kernels_force_isa(isa);
-        for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL, DType::kMXFP4, DType::kQ4_K}) {
+        for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL, DType::kMXFP4, DType::kQ4_K,
+                        DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,
+                        DType::kIQ1_M}) {
             const ferrox::QuantKernels& k = ferrox::quant_kernels(t);
             const int64_t row_bytes = ferrox::dtype_row_bytes(t, n);
             std::vector<uint8_t> w(static_cast<size_t>(row_bytes * rows)), packed(w.size());
             for (int64_t r = 0; r < rows; ++r) {
-                const auto q = ferrox::kernel_test::quantize(t, ferrox::kernel_test::random_row(n, 1 + r, 0.05f));
+                const auto q = weight_row(t, n, static_cast<uint32_t>(1 + r));
                 std::copy(q.begin(), q.end(), w.begin() + r * row_bytes);
             }
-            k.repack8(w.data(), n, rows, packed.data());
-            std::printf("%-6s %-6s %lldx%lld", isa, std::string(ferrox::dtype_name(t)).c_str(),
-                        static_cast<long long>(rows), static_cast<long long>(n));
+            // Types without a packed layout: vec_dot_rows per activation row, as the model runs them.
+            if (k.repack8) k.repack8(w.data(), n, rows, packed.data());
+            std::printf("%-6s %-7s %lldx%lld%s", isa, std::string(ferrox::dtype_name(t)).c_str(),
+                        static_cast<long long>(rows), static_cast<long long>(n), k.repack8 ? "" : " (rows)");
             for (int64_t cols : {1, 64}) {
                 const int64_t a_row = ferrox::dtype_row_bytes(k.packed_act_type, n);
                 std::vector<float> x(static_cast<size_t>(n * cols));
@@ -181,7 +196,12 @@ int lowbit_table(int iters) {
                 std::vector<float> out(static_cast<size_t>(rows * cols));
                 auto run = [&] {
                     for (int64_t c = 0; c < cols; ++c) k.quantize_packed_act_row(x.data() + c * n, a.data() + c * a_row, n);
-                    k.gemm_packed8(n, packed.data(), rows, a.data(), a_row, cols, out.data(), rows);
+                    if (k.repack8) {
+                        k.gemm_packed8(n, packed.data(), rows, a.data(), a_row, cols, out.data(), rows);
+                    } else {
+                        for (int64_t c = 0; c < cols; ++c)
+                            k.vec_dot_rows(n, w.data(), row_bytes, rows, a.data() + c * a_row, out.data() + c * rows);
+                    }
                     sink += out[0];
                 };
                 const double s = best_seconds(run, cols == 1 ? iters : iters / 10 + 1);
@@ -210,7 +230,8 @@ int main(int argc, char** argv) {
         ferrox::kernels_force_isa(isa);
         for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                         DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kIQ4_NL,
-                        DType::kMXFP4, DType::kF16, DType::kF32}) {
+                        DType::kMXFP4, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                        DType::kIQ3_S, DType::kIQ1_S, DType::kIQ1_M, DType::kF16, DType::kF32}) {
             const int it = std::string(isa) == "scalar" ? iters / 10 + 1 : iters;
             const double gbs = bench(t, n_rows, n, it, false, &sink);
             const double gbs_rows = bench(t, n_rows, n, it, true, &sink);
