@@ -69,12 +69,15 @@ def test_messages_plain_shape_and_usage(claude):
     assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None
     assert m.usage.output_tokens > 0 and m.usage.input_tokens > 5
     again = claude.messages.create(model=ID, max_tokens=16, extra_body=T0,
-                                   system=[{"type": "text", "text": SYSTEM}],
+                                   system=[{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
                                    messages=[{"role": "user", "content": QUESTION}])
-    # The second identical request reads the prompt from the prefix cache; input_tokens is
-    # only the uncached part, as Anthropic counts it.
+    # The second identical request reads the system prompt (its breakpoint) from the prefix
+    # cache; input_tokens is only the rest, as Anthropic counts it.
     assert again.usage.cache_read_input_tokens > 0
-    assert again.usage.input_tokens + again.usage.cache_read_input_tokens == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
+
+    def prompt(u):
+        return u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
+    assert prompt(again.usage) == prompt(m.usage)
     assert again.content[0].text == m.content[0].text
 
 
@@ -152,11 +155,34 @@ def test_billing_header_does_not_defeat_the_prefix_cache(claude):
     def ask(cch):
         return claude.messages.create(model=ID, max_tokens=4, extra_body=T0, system=[
             {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.0; cc_entrypoint=cli; cch={cch};"},
-            {"type": "text", "text": "You are Claude Code, a helpful coding agent. " * 8}],
+            {"type": "text", "text": "You are Claude Code, a helpful coding agent. " * 8,
+             "cache_control": {"type": "ephemeral"}}],
             messages=[{"role": "user", "content": "List the files."}])
     ask("a1b2c")
     second = ask("f9e8d")
     assert second.usage.cache_read_input_tokens >= 64
+
+
+def test_anthropic_cache_accounting(claude):
+    # Anthropic's usage: without cache_control both cache fields are 0, whatever the prefix cache
+    # did; with a breakpoint the prompt up to it is written (first turn) then read (next turn),
+    # and the three fields sum to the prompt (count_tokens).
+    system = "You are a careful reviewer of pull requests. " * 12
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "Review this diff: " + "x = x + 1\n" * 20,
+                                          "cache_control": {"type": "ephemeral", "ttl": "5m"}}]}]
+    total = claude.messages.count_tokens(model=ID, system=system, messages=msgs).input_tokens
+    plain = [{"role": "user", "content": msgs[0]["content"][0]["text"]}]
+    u0 = claude.messages.create(model=ID, max_tokens=1, extra_body=T0, system=system, messages=plain).usage
+    assert u0.cache_creation_input_tokens == 0 and u0.cache_read_input_tokens == 0 and u0.input_tokens == total
+    fresh = system.replace("careful", "patient")  # a prefix nothing cached yet
+    total = claude.messages.count_tokens(model=ID, system=fresh, messages=msgs).input_tokens
+    u1 = claude.messages.create(model=ID, max_tokens=1, extra_body=T0, system=fresh, messages=msgs).usage
+    u2 = claude.messages.create(model=ID, max_tokens=1, extra_body=T0, system=fresh, messages=msgs).usage
+    for u in (u1, u2):
+        assert u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens == total
+        assert u.input_tokens < 16  # after the breakpoint: the generation prompt
+    assert u1.cache_creation_input_tokens > 100 and u1.cache_read_input_tokens < 32
+    assert u2.cache_read_input_tokens >= u1.cache_creation_input_tokens - 32 and u2.cache_creation_input_tokens < 32
 
 
 def test_mid_conversation_system_message_keeps_the_history_cached(claude):
@@ -165,15 +191,19 @@ def test_mid_conversation_system_message_keeps_the_history_cached(claude):
     history = [{"role": "user", "content": "Describe the repository layout. " * 6},
                {"role": "assistant", "content": "It has src, tests, bench and docs folders, each with a README. " * 6},
                {"role": "user", "content": "And the build? " * 6}]
+    history[-1] = {"role": "user", "content": [{"type": "text", "text": "And the build? " * 6,
+                                                "cache_control": {"type": "ephemeral"}}]}
     first = claude.messages.create(model=ID, max_tokens=2, extra_body=T0, system="You are a coding agent.",
                                    messages=history)
     second = claude.messages.create(model=ID, max_tokens=2, extra_body=T0, system="You are a coding agent.",
                                     messages=history + [
                                         {"role": "assistant", "content": "CMake with presets."},
                                         {"role": "system", "content": "<system-reminder>Files changed.</system-reminder>"},
-                                        {"role": "user", "content": "Run the tests."}])
-    assert first.usage.input_tokens > 100
-    assert second.usage.cache_read_input_tokens >= first.usage.input_tokens - 32  # all but a partial block
+                                        {"role": "user", "content": [{"type": "text", "text": "Run the tests.",
+                                                                      "cache_control": {"type": "ephemeral"}}]}])
+    first_prompt = first.usage.input_tokens + first.usage.cache_creation_input_tokens + first.usage.cache_read_input_tokens
+    assert first_prompt > 100
+    assert second.usage.cache_read_input_tokens >= first_prompt - 32  # all but a partial block
 
 
 def test_models_list_in_anthropic_shape(claude):

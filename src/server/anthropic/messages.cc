@@ -74,7 +74,26 @@ struct Parsed {
     GenerationParams params;
     bool stream = false;
     std::string model;
+    // The last cache_control breakpoint: the index in conv.messages of the message it ends (the
+    // system message for one on the system prompt or the tools); -1: none.
+    int cache_upto = -1;
 };
+
+// Whether a request value (a message, a content block list, a tool list, the system prompt)
+// carries a cache_control breakpoint.
+bool has_cache_control(const json& v) {
+    if (v.is_object()) {
+        if (const auto it = v.find("cache_control"); it != v.end() && !it->is_null()) return true;
+        if (const auto c = v.find("content"); c != v.end() && c->is_array()) return has_cache_control(*c);
+        return false;
+    }
+    if (v.is_array()) {
+        for (const json& b : v) {
+            if (b.is_object() && b.contains("cache_control") && !b["cache_control"].is_null()) return true;
+        }
+    }
+    return false;
+}
 
 bool parse_tools(const Fields& f, Conversation* conv, ApiError* err) {
     const json* tools = nullptr;
@@ -260,10 +279,20 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
         *err = bad_param("messages", "messages: at least one message is required");
         return false;
     }
+    // Breakpoints by message, as indices before the leading system messages are merged (-2: none;
+    // -1: the system prompt or the tools).
+    int breakpoint = -2;
+    if (const json* sys = f.find("system"); sys && has_cache_control(*sys)) breakpoint = -1;
+    if (const json* tools = f.find("tools"); tools && has_cache_control(*tools)) breakpoint = -1;
     std::vector<std::string> call_ids;
     for (size_t i = 0; i < messages->size(); ++i) {
         if (!parse_message((*messages)[i], "messages." + std::to_string(i), &conv, &call_ids, err)) return false;
+        if (has_cache_control((*messages)[i]) && !conv.messages.empty()) {
+            breakpoint = static_cast<int>(conv.messages.size()) - 1;
+        }
     }
+    int n_leading = 0;
+    while (n_leading < static_cast<int>(conv.messages.size()) && conv.messages[n_leading].role == "system") ++n_leading;
     // The leading system messages (the top-level system plus role:"system" entries before the
     // first other message) become one: most templates accept a single leading system message.
     // A system message later in the conversation (a hook's reminder) stays where it is, as
@@ -282,6 +311,12 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
     }
     if (!system.empty()) merged.insert(merged.begin(), ChatMessage{.role = "system", .content = system});
     conv.messages = std::move(merged);
+    const bool has_system = !conv.messages.empty() && conv.messages[0].role == "system";
+    if (breakpoint == -1) {
+        out->cache_upto = has_system ? 0 : -1;
+    } else if (breakpoint >= 0) {
+        out->cache_upto = breakpoint < n_leading ? 0 : breakpoint - n_leading + (has_system ? 1 : 0);
+    }
     if (!parse_tools(f, &conv, err)) return false;
     const json* thinking = nullptr;
     if (!f.object("thinking", &thinking, err)) return false;
@@ -297,6 +332,8 @@ class MessagesSink final : public GenerationSink {
   public:
     MessagesSink(ModelLease model, bool stream, int n_prompt)
         : model_(std::move(model)), stream_(stream), n_prompt_(n_prompt), id_(random_id("msg_")) {}
+    // Prompt tokens up to the request's last cache_control breakpoint.
+    void set_cache_breakpoint(int n_tokens) { cache_upto_ = n_tokens; }
 
     void start(HttpResponder& res) override {
         if (!stream_) return;
@@ -362,10 +399,16 @@ class MessagesSink final : public GenerationSink {
             stop_reason = "stop_sequence";
             stop_sequence = end_.stop_word;
         }
-        json usage = {{"input_tokens", u.n_prompt - u.n_cached},
+        // Anthropic's accounting: with a cache_control breakpoint, the prompt up to the last one is
+        // read from the cache (the prefix cache's hit, up to there) or written to it this turn;
+        // input_tokens is the rest. Without one, both cache fields are 0.
+        const int upto = std::min(cache_upto_, u.n_prompt);
+        const int read = upto > 0 ? std::min(u.n_cached, upto) : 0;
+        const int created = upto > 0 ? upto - read : 0;
+        json usage = {{"input_tokens", u.n_prompt - read - created},
                       {"output_tokens", u.n_completion},
-                      {"cache_creation_input_tokens", 0},
-                      {"cache_read_input_tokens", u.n_cached}};
+                      {"cache_creation_input_tokens", created},
+                      {"cache_read_input_tokens", read}};
         if (stream_) {
             close(res);
             event(res, "message_delta", {{"type", "message_delta"},
@@ -429,6 +472,7 @@ class MessagesSink final : public GenerationSink {
     ModelLease model_;
     bool stream_;
     int n_prompt_;
+    int cache_upto_ = 0;  // prompt tokens up to the last cache_control breakpoint (0: none)
     std::string id_;
     json blocks_ = json::array();
     bool open_ = false;  // the last block takes more deltas
@@ -456,6 +500,13 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     }
     const int n_prompt = static_cast<int>(job.prompt.size());
     auto sink = std::make_unique<MessagesSink>(job.model, job.stream, n_prompt);
+    if (p.cache_upto >= 0) {  // the breakpoint's position: the conversation up to it, rendered alone
+        Conversation upto = p.conv;
+        upto.messages.resize(static_cast<size_t>(p.cache_upto) + 1);
+        if (auto text = job.model->prompt().render(upto, /*add_generation_prompt=*/false); text.has_value()) {
+            sink->set_cache_breakpoint(static_cast<int>(job.model->prompt().tokenize(*text).size()));
+        }
+    }
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
