@@ -268,6 +268,8 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--kv-budget"}, true, "KV cache size in MiB (replaces -c as the pool size)"},
     {{"--kv-type"}, true, "KV cache type: f16 (default) or q8_0"},
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
+    {{"--cache-dir"}, true, "keep the prompt cache on disk in this directory too: prefixes evicted from the pool or computed before a restart are read back, not recomputed"},
+    {{"--cache-disk"}, true, "most MiB the prompt cache takes in --cache-dir, least recently used first (default 8192)"},
     {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (less load time and memory; slower prompts; a mixture's experts stay mapped too); the default for files over 3/4 of memory"},
     {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default for files that fit)"},
     {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
@@ -428,16 +430,19 @@ int cmd_serve(int argc, char** argv) {
     auto n_predict = args->get_int("-n", -1);
     auto max_queue = args->get_int("--max-queue", 64);
     auto kv_budget = args->get_int("--kv-budget", 0);
+    auto cache_disk = args->get_int("--cache-disk", 8192);
     auto spec_ngram = args->get_int("--spec-ngram", EngineOptions{}.spec_ngram);
     auto draft_max = args->get_int("--draft-max", EngineOptions{}.draft_max);
     for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue, &kv_budget,
-                          &spec_ngram, &draft_max}) {
+                          &spec_ngram, &draft_max, &cache_disk}) {
         if (!e->has_value()) return fail(e->status());
     }
     if (*spec_ngram < 0 || *spec_ngram > 64 || *draft_max < 0 || *draft_max > 64) {
         return fail(invalid_argument("--spec-ngram and --draft-max must be in [0, 64]"));
     }
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+    if (*cache_disk < 1) return fail(invalid_argument("--cache-disk must be >= 1 (MiB)"));
+    if (args->has("--cache-dir") && args->get("--cache-dir")->empty()) return fail(invalid_argument("--cache-dir needs a directory"));
     if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 2 || *max_queue < 0 || *kv_budget < 0) {
         return fail(invalid_argument("-c must be >= 16, -np >= 1, -b >= 2, -t, --max-queue and --kv-budget >= 0"));
     }
@@ -525,6 +530,8 @@ int cmd_serve(int argc, char** argv) {
     eo.kv_budget_mib = *kv_budget;
     eo.kv_type = *kv_type;
     eo.prefix_cache = !args->has("--no-prefix-cache");
+    eo.cache_dir = args->get("--cache-dir").value_or("");
+    eo.cache_disk_mib = *cache_disk;
     eo.max_batch_tokens = *n_batch;
     eo.max_queue = *max_queue;
     eo.spec_ngram = *spec_ngram;

@@ -59,6 +59,11 @@ public:
     // chains its next block on the returned one); -1 when `parent` is not published.
     int32_t publish(int32_t block, int32_t parent, const int32_t* tokens);
     bool published(int32_t block) const { return meta_[block].hash != 0; }
+    // The chain hash a published block is indexed by (0: not published), and the hash of the
+    // block of `tokens` (block_size of them) after a block of hash `parent_hash` (0 for a first
+    // block): a function of the tokens alone, the same in every process.
+    uint64_t hash(int32_t block) const { return meta_[block].hash; }
+    uint64_t prefix_hash(uint64_t parent_hash, const int32_t* tokens) const { return chain_hash(parent_hash, tokens); }
     // Changes each time the block is handed out: a holder of a block id that it does not
     // reference compares epochs to know the block is still the one it saw.
     uint32_t epoch(int32_t block) const { return meta_[block].epoch; }

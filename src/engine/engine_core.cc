@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/spec/draft_model.h"
+#include "engine/kv_disk_cache.h"
 #include "engine/spec/prompt_lookup.h"
 
 namespace ferrox {
@@ -52,6 +53,15 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
     metrics_.kv_total.store(static_cast<int>(n_blocks));
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerConfig{opts_.n_parallel, opts_.max_batch_tokens, opts_.prefix_cache}, *blocks_, metrics_);
+    if (!opts_.cache_dir.empty() && opts_.prefix_cache) {
+        // The model's identity: its file's metadata and tensor table (a stand-in without a file:
+        // its name), with the pool's geometry.
+        const uint64_t key = model_->gguf ? model_cache_key(*model_->gguf, geo)
+                                          : std::hash<std::string>{}(model_->name) ^ geo.block_bytes();
+        FERROX_ASSIGN_OR_RETURN(disk_cache_, KvDiskCache::open(opts_.cache_dir, key, *storage_,
+                                                               std::max<int64_t>(1, opts_.cache_disk_mib) << 20));
+        scheduler_->set_store(disk_cache_.get());
+    }
     post_ = std::make_unique<Postprocessor>(*model_->tokenizer, m, metrics_, clock_,
                                             [this] { scheduler_->update_gauges(); });
     const SpecConfig sc{opts_.draft_max, opts_.spec_unpriced};

@@ -47,9 +47,15 @@ struct EngineOptions {
     int draft_max = 8;
     // Verify every draft token the lookup finds, unpriced (tests and measurements).
     bool spec_unpriced = false;
+    // The prompt cache on disk (kv_disk_cache.h): every published KV block also written under
+    // cache_dir (at most cache_disk_mib MiB, least recently used first), read back for a prefix
+    // the pool lost or computed before a restart. Empty: none.
+    std::string cache_dir;
+    int64_t cache_disk_mib = 8192;
 };
 
 class DraftModelProposer;
+class KvDiskCache;
 
 class EngineCore {
 public:
@@ -114,6 +120,7 @@ private:
     EngineMetrics metrics_;
     std::unique_ptr<BlockManager> blocks_;
     std::unique_ptr<KvStorage> storage_;
+    std::unique_ptr<KvDiskCache> disk_cache_;  // with EngineOptions::cache_dir
     // Before the scheduler: the sequences it still holds when the core goes give their draft
     // KV back to the draft model's pool, which spec_ owns.
     std::unique_ptr<Speculation> spec_;

@@ -21,6 +21,7 @@ EngineStats EngineMetrics::snapshot() const {
     st.prefix_lookup_tokens = prefix_lookup_tokens.load();
     st.prefix_hit_tokens = prefix_hit_tokens.load();
     st.n_preemptions = n_preemptions.load();
+    st.disk_hit_blocks = disk_hit_blocks.load();
     st.spec_drafted = spec_drafted.load();
     st.spec_accepted = spec_accepted.load();
     st.has_draft_model = has_draft_model.load();
@@ -56,6 +57,8 @@ std::string EngineMetrics::prometheus() const {
             st.prefix_lookup_tokens);
     counter("ferrox_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.", st.prefix_hit_tokens);
     counter("ferrox_preemptions_total", "Sequences preempted for KV room.", st.n_preemptions);
+    counter("ferrox_prompt_cache_disk_hit_blocks_total", "Prefix KV blocks read back from the disk cache (--cache-dir).",
+            st.disk_hit_blocks);
     counter("ferrox_spec_draft_tokens_total", "Draft tokens verified by speculative decoding.", st.spec_drafted);
     counter("ferrox_spec_accepted_tokens_total", "Draft tokens accepted (tokens without a step of their own).",
             st.spec_accepted);

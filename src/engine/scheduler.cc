@@ -14,7 +14,7 @@ void PrefixChain::start(const BlockManager& bm, const std::vector<int32_t>& matc
 }
 
 void PrefixChain::publish(BlockManager& bm, const std::vector<int32_t>& blocks, const int32_t* tokens,
-                          int n_tokens) {
+                          int n_tokens, PrefixStore* store) {
     const int bs = bm.block_size();
     while ((n_published + 1) * bs <= n_tokens) {
         const int i = n_published++;
@@ -27,6 +27,7 @@ void PrefixChain::publish(BlockManager& bm, const std::vector<int32_t>& blocks, 
         }
         block = bm.publish(blocks[i], i > 0 ? block : -1, tokens + static_cast<size_t>(i) * bs);
         if (block >= 0) epoch = bm.epoch(block);
+        if (store && block >= 0 && block == blocks[i]) store->offer(bm.hash(block), tokens + static_cast<size_t>(i) * bs, block);
     }
 }
 
@@ -68,6 +69,7 @@ std::vector<int32_t> Scheduler::match(Sequence& s) {
     const int max_tokens = s.n_generated > 0 ? n_fill : n_fill - 2;
     if (max_tokens >= bs) {
         blocks_.match_prefix(std::span<const int32_t>(s.tokens.data(), n_fill), max_tokens / bs, &matched);
+        if (store_) fetch_stored(s, max_tokens / bs, &matched);
     }
     while (!matched.empty() && static_cast<int>(matched.size()) * bs > s.n_prompt - 2 &&
            static_cast<int>(matched.size()) * bs < s.n_prompt) {
@@ -75,6 +77,34 @@ std::vector<int32_t> Scheduler::match(Sequence& s) {
         matched.pop_back();
     }
     return matched;
+}
+
+// The blocks after the pool's match that the second tier holds, read back into new pool blocks
+// and published there (retained for s, as match_prefix's). Stops at the first miss, and leaves
+// a block for every position the sequence still needs beyond what it takes.
+void Scheduler::fetch_stored(const Sequence& s, int max_blocks, std::vector<int32_t>* matched) {
+    const int bs = blocks_.block_size();
+    const int need_after = (s.n_fill() + 1 + bs - 1) / bs;  // the sequence's whole reservation
+    uint64_t parent = matched->empty() ? 0 : blocks_.hash(matched->back());
+    for (int i = static_cast<int>(matched->size()); i < max_blocks; ++i) {
+        const int32_t* t = s.tokens.data() + static_cast<size_t>(i) * bs;
+        const uint64_t h = blocks_.prefix_hash(parent, t);
+        if (!store_->has(h) || !blocks_.can_allocate(need_after - i + 1)) break;
+        const int32_t b = blocks_.allocate();
+        if (b < 0) break;
+        if (!store_->fetch(h, t, b)) {
+            blocks_.release(b);
+            break;
+        }
+        const int32_t pub = blocks_.publish(b, matched->empty() ? -1 : matched->back(), t);
+        if (pub != b) {  // (not expected: the pool's match stopped before this prefix)
+            blocks_.release(b);
+            break;
+        }
+        matched->push_back(b);
+        parent = h;
+        EngineMetrics::add<uint64_t>(metrics_.disk_hit_blocks, 1);
+    }
 }
 
 void Scheduler::start(Sequence& s, const std::vector<int32_t>& matched) {
@@ -225,7 +255,7 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_all() {
 
 void Scheduler::publish_blocks(Sequence& s) {
     if (!caching(s)) return;
-    s.chain.publish(blocks_, s.kv->blocks(), s.tokens.data(), s.n_in_kv);
+    s.chain.publish(blocks_, s.kv->blocks(), s.tokens.data(), s.n_in_kv, store_);
 }
 
 }  // namespace ferrox

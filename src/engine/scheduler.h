@@ -28,6 +28,7 @@
 #include "engine/batch_plan.h"
 #include "engine/block_manager.h"
 #include "engine/metrics.h"
+#include "engine/prefix_store.h"
 #include "engine/sequence.h"
 
 namespace ferrox {
@@ -69,14 +70,18 @@ public:
     // Every sequence, running then waiting (shutdown ends them all).
     std::vector<std::unique_ptr<Sequence>> take_all();
 
-    // Publishes the sequence's newly completed blocks to the prefix cache.
+    // Publishes the sequence's newly completed blocks to the prefix cache (and offers them to
+    // the second tier, when there is one).
     void publish_blocks(Sequence& s);
+    // The prefix cache's second tier (the disk cache), or null.
+    void set_store(PrefixStore* store) { store_ = store; }
     bool caching(const Sequence& s) const { return s.caching(cfg_.prefix_cache); }
 
 private:
     void admit();
     // The prefix cache's blocks for s's leading tokens (retained), as admission may take them.
     std::vector<int32_t> match(Sequence& s);
+    void fetch_stored(const Sequence& s, int max_blocks, std::vector<int32_t>* matched);
     void start(Sequence& s, const std::vector<int32_t>& matched);
     bool grow(Sequence& s);
     void preempt(Sequence& s);
@@ -85,6 +90,7 @@ private:
 
     SchedulerConfig cfg_;
     BlockManager& blocks_;
+    PrefixStore* store_ = nullptr;
     EngineMetrics& metrics_;
     std::deque<std::unique_ptr<Sequence>> waiting_;
     std::vector<std::unique_ptr<Sequence>> running_;

@@ -22,6 +22,8 @@ namespace ferrox {
 // A sequence's leading blocks in a prefix cache: how many are published (or were matched), and
 // the cache's block for the last of them with its epoch (the sequence may hold no reference to
 // it: when another sequence published the same prefix first, the chain continues from that one).
+class PrefixStore;
+
 struct PrefixChain {
     int n_published = 0;
     int32_t block = -1;
@@ -30,8 +32,9 @@ struct PrefixChain {
     // Starts from a prefix-cache match (the sequence's first blocks).
     void start(const BlockManager& bm, const std::vector<int32_t>& matched);
     // Publishes the blocks of `blocks` that the first n_tokens of `tokens` fill and that are not
-    // published yet.
-    void publish(BlockManager& bm, const std::vector<int32_t>& blocks, const int32_t* tokens, int n_tokens);
+    // published yet, offering each one it publishes to `store` (the disk tier) when given.
+    void publish(BlockManager& bm, const std::vector<int32_t>& blocks, const int32_t* tokens, int n_tokens,
+                 PrefixStore* store = nullptr);
     void reset() { *this = PrefixChain{}; }
 };
 
