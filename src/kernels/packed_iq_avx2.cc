@@ -29,11 +29,6 @@
 namespace ferrox {
 namespace {
 
-#if defined(FERROX_EMULATE_AVX512)
-#define FX_UNROLL  // as packed_kquants_avx2.cc: SIMDe's emulation compiles far faster rolled
-#else
-#define FX_UNROLL _Pragma("GCC unroll 16")
-#endif
 
 #include "kernels/iq_grids.inc"
 

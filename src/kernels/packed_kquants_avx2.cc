@@ -43,13 +43,6 @@
 namespace ferrox {
 namespace {
 
-#if defined(FERROX_EMULATE_AVX512)
-// The tests' emulated build: fully unrolled, SIMDe's emulated vpdpbusd chains took GCC ~10 min
-// to compile; the loops give the same results rolled.
-#define FX_UNROLL
-#else
-#define FX_UNROLL _Pragma("GCC unroll 16")
-#endif
 
 constexpr int64_t kQ4KGroup = 8 * static_cast<int64_t>(sizeof(BlockQ4_K));  // 1152
 constexpr int64_t kQ5KGroup = 8 * static_cast<int64_t>(sizeof(BlockQ5_K));  // 1408

@@ -55,11 +55,6 @@
 namespace ferrox {
 namespace {
 
-#if defined(FERROX_EMULATE_AVX512)
-#define FX_UNROLL  // as packed_kquants_avx2.cc: SIMDe's emulation compiles far faster rolled
-#else
-#define FX_UNROLL _Pragma("GCC unroll 16")
-#endif
 
 constexpr int64_t kQ8KBytes = static_cast<int64_t>(sizeof(BlockQ8_K));
 constexpr int64_t kQ80Bytes = static_cast<int64_t>(sizeof(BlockQ8_0));

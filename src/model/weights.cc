@@ -120,9 +120,11 @@ Status load_moe_layer(const GgufFile& f, const ModelWeights& w, const std::strin
         FERROX_ASSIGN_OR_RETURN(L->down_exps_b, get_floats(f, p + "ffn_down_exps.bias", {hp.n_embd, hp.n_expert}));
     }
     // Tensors of variants this graph does not compute: refused by name, not ignored.
-    for (const char* name : {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias",
-                             "exp_probs_b.bias", "ffn_gate_up_exps.weight"}) {
-        if (w.traits.moe_biases && std::string(name).find(".bias") != std::string::npos && name[0] == 'f') continue;
+    std::vector<const char*> refused = {"exp_probs_b.bias", "ffn_gate_up_exps.weight"};
+    if (!w.traits.moe_biases) {
+        refused.insert(refused.end(), {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"});
+    }
+    for (const char* name : refused) {
         if (f.find_tensor(p + name)) return unimplemented(f.path() + ": tensor '" + p + name + "' is not supported");
     }
     return Status::ok();
