@@ -1,6 +1,7 @@
 #include "engine/block_manager.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -21,9 +22,8 @@ int32_t BlockManager::allocate() {
     if (!free_.empty()) {
         b = free_.back();
         free_.pop_back();
-    } else if (lru_head_ >= 0) {
-        b = lru_head_;  // the least recently released cached block
-        lru_unlink(b);
+    } else if ((b = take_evictable()) >= 0) {
+        if (evict_hook_) evict_hook_(b);
         unpublish(b);
     } else {
         return -1;
@@ -44,7 +44,7 @@ void BlockManager::release(int32_t block) {
     Meta& m = meta_[block];
     if (--m.refs > 0) return;
     if (m.hash != 0) {
-        lru_push_back(block);
+        lru_push_back(block, m.pin_until > now_ms_ ? kPinned : kPlain);
     } else {
         free_.push_back(block);
     }
@@ -61,6 +61,58 @@ uint64_t BlockManager::chain_hash(uint64_t parent_hash, const int32_t* tokens) c
         h ^= h >> 31;
     }
     return h == 0 ? 1 : h;
+}
+
+// The cached block to evict: the least recently released unpinned one (a pinned block whose pin
+// ran out joins their list's tail then: it ages from there); else, nothing else being left, the
+// least recently released pinned one.
+int32_t BlockManager::take_evictable() {
+    if (lists_[kPinned].head >= 0 && now_ms_ >= next_expiry_) {
+        next_expiry_ = INT64_MAX;
+        for (int32_t b = lists_[kPinned].head; b >= 0;) {
+            const int32_t next = meta_[b].lru_next;
+            if (meta_[b].pin_until <= now_ms_) {
+                lru_unlink(b);
+                lru_push_back(b, kPlain);
+            } else {
+                next_expiry_ = std::min(next_expiry_, meta_[b].pin_until);
+            }
+            b = next;
+        }
+    }
+    if (lists_[kPlain].head < 0 && lists_[kPinned].head >= 0) ++pins_broken_;
+    const int32_t b = lists_[kPlain].head >= 0 ? lists_[kPlain].head : lists_[kPinned].head;
+    if (b >= 0) lru_unlink(b);
+    return b;
+}
+
+int BlockManager::pin_prefix(std::span<const int32_t> tokens, int n_blocks, int64_t until_ms) {
+    const int bs = block_size_;
+    const int n = std::min<int64_t>(n_blocks, static_cast<int64_t>(tokens.size()) / bs);
+    uint64_t h = 0;
+    int32_t parent = -1;
+    int pinned = 0;
+    for (int i = 0; i < n; ++i) {
+        const int32_t* t = tokens.data() + static_cast<size_t>(i) * bs;
+        h = chain_hash(h, t);
+        auto it = index_.find(h);
+        if (it == index_.end()) break;
+        const int32_t b = it->second;
+        Meta& m = meta_[b];
+        const bool parent_ok =
+            parent < 0 ? m.parent < 0 : (m.parent == parent && m.parent_epoch == meta_[parent].epoch);
+        if (!parent_ok || std::memcmp(tokens_.data() + static_cast<size_t>(b) * bs, t, bs * sizeof(int32_t)) != 0) {
+            break;
+        }
+        m.pin_until = std::max(m.pin_until, until_ms);
+        if (m.evictable && m.list == kPlain && m.pin_until > now_ms_) {
+            lru_unlink(b);
+            lru_push_back(b, kPinned);
+        }
+        parent = b;
+        ++pinned;
+    }
+    return pinned;
 }
 
 int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out) {
@@ -114,6 +166,7 @@ int32_t BlockManager::publish(int32_t block, int32_t parent, const int32_t* toke
         // A block whose parent was evicted can never match again: this one takes its place.
         meta_[old].hash = 0;
         meta_[old].parent = -1;
+        meta_[old].pin_until = 0;
         if (meta_[old].evictable) {
             lru_unlink(old);
             free_.push_back(old);
@@ -129,11 +182,13 @@ int32_t BlockManager::publish(int32_t block, int32_t parent, const int32_t* toke
 }
 
 void BlockManager::clear_cache() {
-    while (lru_head_ >= 0) {
-        const int32_t b = lru_head_;
-        lru_unlink(b);
-        unpublish(b);
-        free_.push_back(b);
+    for (List& l : lists_) {
+        while (l.head >= 0) {
+            const int32_t b = l.head;
+            lru_unlink(b);
+            unpublish(b);
+            free_.push_back(b);
+        }
     }
 }
 
@@ -144,26 +199,33 @@ void BlockManager::unpublish(int32_t b) {
     if (it != index_.end() && it->second == b) index_.erase(it);
     m.hash = 0;
     m.parent = -1;
+    m.pin_until = 0;
 }
 
 void BlockManager::lru_unlink(int32_t b) {
     Meta& m = meta_[b];
     CHECK(m.evictable);
-    if (m.lru_prev >= 0) meta_[m.lru_prev].lru_next = m.lru_next; else lru_head_ = m.lru_next;
-    if (m.lru_next >= 0) meta_[m.lru_next].lru_prev = m.lru_prev; else lru_tail_ = m.lru_prev;
+    List& l = lists_[m.list];
+    if (m.lru_prev >= 0) meta_[m.lru_prev].lru_next = m.lru_next; else l.head = m.lru_next;
+    if (m.lru_next >= 0) meta_[m.lru_next].lru_prev = m.lru_prev; else l.tail = m.lru_prev;
     m.lru_prev = m.lru_next = -1;
     m.evictable = false;
+    --l.size;
     --n_evictable_;
 }
 
-void BlockManager::lru_push_back(int32_t b) {
+void BlockManager::lru_push_back(int32_t b, ListId list) {
     Meta& m = meta_[b];
     CHECK(!m.evictable);
-    m.lru_prev = lru_tail_;
+    List& l = lists_[list];
+    m.list = list;
+    if (list == kPinned) next_expiry_ = std::min(next_expiry_, m.pin_until);
+    m.lru_prev = l.tail;
     m.lru_next = -1;
-    if (lru_tail_ >= 0) meta_[lru_tail_].lru_next = b; else lru_head_ = b;
-    lru_tail_ = b;
+    if (l.tail >= 0) meta_[l.tail].lru_next = b; else l.head = b;
+    l.tail = b;
     m.evictable = true;
+    ++l.size;
     ++n_evictable_;
 }
 

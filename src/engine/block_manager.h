@@ -13,9 +13,17 @@
 // blocks first and then evicts cached blocks least recently released first. Sequences release
 // their blocks tail first, so the end of a prefix is evicted before its beginning.
 //
+// Pins (Anthropic's cache_control breakpoints): a published block may be pinned until a time
+// on the manager's clock (set_now). An unreferenced pinned block waits in a list of its own and
+// is evicted only when no free or unpinned cached block is left (or its pin has run out): a pin
+// protects a prefix against other traffic, never blocks an allocation. The eviction hook sees
+// each cached block just before allocate() hands it out again, its K/V still intact (the RAM
+// tier copies it then).
+//
 // Threading: engine thread only (the forward pass reads the block tables the engine handed it).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -69,12 +77,36 @@ public:
     uint32_t epoch(int32_t block) const { return meta_[block].epoch; }
     // Drops every unreferenced cached block (they return to the free list).
     void clear_cache();
+    // The block_size tokens a published block holds.
+    const int32_t* tokens(int32_t block) const { return tokens_.data() + static_cast<size_t>(block) * block_size_; }
+
+    // Pins. The clock is any monotonic count of milliseconds (the engine's, or a test's).
+    void set_now(int64_t now_ms) { now_ms_ = now_ms; }
+    int64_t now_ms() const { return now_ms_; }
+    // Keeps the published blocks that hold the first n_blocks * block_size tokens of `tokens`
+    // (the chain match_prefix would find) cached until `until_ms` at least. Returns how many
+    // blocks it pinned (the chain may be shorter than asked).
+    int pin_prefix(std::span<const int32_t> tokens, int n_blocks, int64_t until_ms);
+    bool pinned(int32_t block) const { return meta_[block].pin_until > now_ms_; }
+    // Unreferenced pinned blocks (the pinned list), and pinned blocks evicted before their time
+    // because nothing else was left.
+    int n_pinned_cached() const { return lists_[kPinned].size; }
+    uint64_t n_pins_broken() const { return pins_broken_; }
+    // Called with each cached block allocate() is about to evict (still published).
+    void set_evict_hook(std::function<void(int32_t block)> hook) { evict_hook_ = std::move(hook); }
 
 private:
     uint64_t chain_hash(uint64_t parent_hash, const int32_t* tokens) const;
+    // The two lists of unreferenced cached blocks, least recently released first.
+    enum ListId : uint8_t { kPlain = 0, kPinned = 1 };
+    struct List {
+        int32_t head = -1, tail = -1;
+        int size = 0;
+    };
     void lru_unlink(int32_t b);
-    void lru_push_back(int32_t b);
+    void lru_push_back(int32_t b, ListId list);
     void unpublish(int32_t b);
+    int32_t take_evictable();
 
     struct Meta {
         int32_t refs = 0;
@@ -83,7 +115,9 @@ private:
         int32_t parent = -1;        // published parent block, -1 for a first block
         uint32_t parent_epoch = 0;  // the parent's epoch when this block was published
         int32_t lru_prev = -1, lru_next = -1;
-        bool evictable = false;     // published, unreferenced, in the LRU list
+        bool evictable = false;     // published, unreferenced, in one of the lists
+        ListId list = kPlain;       // which, when evictable
+        int64_t pin_until = 0;      // ms on the manager's clock
     };
 
     int n_blocks_;
@@ -92,8 +126,12 @@ private:
     std::vector<Meta> meta_;
     std::vector<int32_t> tokens_;  // [n_blocks][block_size]: the tokens of published blocks
     std::unordered_map<uint64_t, int32_t> index_;  // chain hash -> published block
-    int32_t lru_head_ = -1, lru_tail_ = -1;        // head: least recently released
+    List lists_[2];
     int n_evictable_ = 0;
+    int64_t now_ms_ = 0;
+    int64_t next_expiry_ = INT64_MAX;  // the earliest pin_until in the pinned list (or sooner)
+    uint64_t pins_broken_ = 0;
+    std::function<void(int32_t)> evict_hook_;
 };
 
 // The blocks of one sequence, in position order.

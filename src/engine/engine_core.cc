@@ -5,6 +5,7 @@
 
 #include "engine/spec/draft_model.h"
 #include "engine/kv_disk_cache.h"
+#include "engine/kv_ram_cache.h"
 #include "engine/spec/prompt_lookup.h"
 
 namespace ferrox {
@@ -53,6 +54,11 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
     metrics_.kv_total.store(static_cast<int>(n_blocks));
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerConfig{opts_.n_parallel, opts_.max_batch_tokens, opts_.prefix_cache}, *blocks_, metrics_);
+    tiers_ = std::make_unique<PrefixTiers>();
+    if (opts_.cache_ram_mib > 0 && opts_.prefix_cache) {
+        ram_cache_ = std::make_unique<KvRamCache>(*storage_, opts_.cache_ram_mib << 20);
+        tiers_->add(ram_cache_.get(), &metrics_.ram_hit_blocks);
+    }
     if (!opts_.cache_dir.empty() && opts_.prefix_cache) {
         // The model's identity: its file's metadata and tensor table (a stand-in without a file:
         // its name), with the pool's geometry.
@@ -60,7 +66,11 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
                                           : std::hash<std::string>{}(model_->name) ^ geo.block_bytes();
         FERROX_ASSIGN_OR_RETURN(disk_cache_, KvDiskCache::open(opts_.cache_dir, key, *storage_,
                                                                std::max<int64_t>(1, opts_.cache_disk_mib) << 20));
-        scheduler_->set_store(disk_cache_.get());
+        tiers_->add(disk_cache_.get(), &metrics_.disk_hit_blocks);
+    }
+    if (!tiers_->empty()) {
+        scheduler_->set_store(tiers_.get());
+        blocks_->set_evict_hook([this](int32_t b) { tiers_->spill(blocks_->hash(b), blocks_->tokens(b), b); });
     }
     post_ = std::make_unique<Postprocessor>(*model_->tokenizer, m, metrics_, clock_,
                                             [this] { scheduler_->update_gauges(); });
@@ -143,6 +153,7 @@ Status EngineCore::forward() {
 
 bool EngineCore::step() {
     const auto t0 = clock_();
+    blocks_->set_now(std::chrono::duration_cast<std::chrono::milliseconds>(t0.time_since_epoch()).count());
     for (Scheduler::Ended& e : scheduler_->take_ended(t0)) post_->finish(*e.seq, e.why);
     if (!scheduler_->schedule(&plan_)) {
         scheduler_->update_gauges();  // the last sequences were cancelled: the engine now idles
@@ -157,6 +168,7 @@ bool EngineCore::step() {
     post_->process(plan_, st, logits_, spec_.get(), *scheduler_);
     if (spec_) spec_->after_step(plan_);
     scheduler_->update();
+    if (ram_cache_) metrics_.ram_cache_bytes.store(ram_cache_->bytes(), std::memory_order_relaxed);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_() - t0);
     EngineMetrics::add<uint64_t>(metrics_.step_ns, static_cast<uint64_t>(ns.count()));
     EngineMetrics::add<uint64_t>(metrics_.n_steps, 1);

@@ -52,10 +52,14 @@ struct EngineOptions {
     // the pool lost or computed before a restart. Empty: none.
     std::string cache_dir;
     int64_t cache_disk_mib = 8192;
+    // The prompt cache in host memory (kv_ram_cache.h): blocks the pool evicts are kept, up to
+    // cache_ram_mib MiB, least recently used first; 0: none.
+    int64_t cache_ram_mib = 0;
 };
 
 class DraftModelProposer;
 class KvDiskCache;
+class KvRamCache;
 
 class EngineCore {
 public:
@@ -103,6 +107,8 @@ public:
     EngineMetrics& metrics() { return metrics_; }
     const EngineMetrics& metrics() const { return metrics_; }
     const BlockManager& blocks() const { return *blocks_; }
+    const KvDiskCache* disk_cache() const { return disk_cache_.get(); }
+    const KvRamCache* ram_cache() const { return ram_cache_.get(); }
     // The draft model's pool (null without one).
     const BlockManager* draft_blocks() const;
 
@@ -121,6 +127,8 @@ private:
     std::unique_ptr<BlockManager> blocks_;
     std::unique_ptr<KvStorage> storage_;
     std::unique_ptr<KvDiskCache> disk_cache_;  // with EngineOptions::cache_dir
+    std::unique_ptr<KvRamCache> ram_cache_;    // with EngineOptions::cache_ram_mib
+    std::unique_ptr<PrefixTiers> tiers_;       // ram_cache_ then disk_cache_, as the scheduler asks
     // Before the scheduler: the sequences it still holds when the core goes give their draft
     // KV back to the draft model's pool, which spec_ owns.
     std::unique_ptr<Speculation> spec_;

@@ -321,6 +321,13 @@ void KvDiskCache::write_one(uint64_t hash, const std::vector<int32_t>& tokens, c
             warned_ = true;
         }
         if (warn) FERROX_LOG_WARN("prompt cache: cannot write %s: %s (the cache goes on in memory)", path.c_str(), std::strerror(err));
+        if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+            // The disk (or a quota, or a file-size limit) is fuller than the budget: the budget
+            // shrinks under what fits, so the oldest files make room for the next ones.
+            std::lock_guard<std::mutex> lock(mu_);
+            max_bytes_ = std::max<int64_t>(total_bytes_ - total_bytes_ / 8, 0);
+            evict_over_budget();
+        }
         return;
     }
     std::lock_guard<std::mutex> lock(mu_);

@@ -76,7 +76,7 @@ private:
     std::string dir_;
     uint64_t model_key_;
     KvStorage& kv_;
-    int64_t max_bytes_;
+    int64_t max_bytes_;  // guarded by mu_ (a full disk lowers it)
     size_t block_bytes_;
     int block_size_;
 

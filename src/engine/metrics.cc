@@ -22,6 +22,10 @@ EngineStats EngineMetrics::snapshot() const {
     st.prefix_hit_tokens = prefix_hit_tokens.load();
     st.n_preemptions = n_preemptions.load();
     st.disk_hit_blocks = disk_hit_blocks.load();
+    st.ram_hit_blocks = ram_hit_blocks.load();
+    st.ram_cache_bytes = ram_cache_bytes.load();
+    st.kv_blocks_pinned = kv_pinned.load();
+    st.pins_broken = pins_broken.load();
     st.spec_drafted = spec_drafted.load();
     st.spec_accepted = spec_accepted.load();
     st.has_draft_model = has_draft_model.load();
@@ -59,6 +63,15 @@ std::string EngineMetrics::prometheus() const {
     counter("ferrox_preemptions_total", "Sequences preempted for KV room.", st.n_preemptions);
     counter("ferrox_prompt_cache_disk_hit_blocks_total", "Prefix KV blocks read back from the disk cache (--cache-dir).",
             st.disk_hit_blocks);
+    counter("ferrox_prompt_cache_ram_hit_blocks_total", "Prefix KV blocks read back from host memory (--cache-ram).",
+            st.ram_hit_blocks);
+    metric("ferrox_prompt_cache_ram_bytes", "gauge", "Bytes of evicted KV blocks kept in host memory (--cache-ram).",
+           static_cast<double>(st.ram_cache_bytes));
+    metric("ferrox_kv_blocks_pinned", "gauge",
+           "Cached KV blocks no request holds that a cache_control breakpoint keeps (evicted last).",
+           st.kv_blocks_pinned);
+    counter("ferrox_prompt_cache_pins_broken_total",
+            "Pinned KV blocks evicted before their time because no other block was left.", st.pins_broken);
     counter("ferrox_spec_draft_tokens_total", "Draft tokens verified by speculative decoding.", st.spec_drafted);
     counter("ferrox_spec_accepted_tokens_total", "Draft tokens accepted (tokens without a step of their own).",
             st.spec_accepted);

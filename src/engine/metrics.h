@@ -16,7 +16,10 @@ struct EngineStats {
     uint64_t n_prompt_tokens = 0, n_generated_tokens = 0, n_requests = 0;
     uint64_t prefix_lookups = 0, prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
     uint64_t n_preemptions = 0;
-    uint64_t disk_hit_blocks = 0;
+    uint64_t disk_hit_blocks = 0, ram_hit_blocks = 0;
+    int64_t ram_cache_bytes = 0;
+    int kv_blocks_pinned = 0;       // unreferenced cached blocks under a cache_control pin
+    uint64_t pins_broken = 0;       // pinned blocks evicted early: nothing else was left
     // Speculative decoding: draft tokens verified, and those accepted (emitted without a step
     // of their own).
     uint64_t spec_drafted = 0, spec_accepted = 0;
@@ -41,6 +44,10 @@ struct EngineMetrics {
     std::atomic<uint64_t> prefix_lookups{0}, prefix_lookup_tokens{0}, prefix_hit_tokens{0};
     std::atomic<uint64_t> n_preemptions{0};
     std::atomic<uint64_t> disk_hit_blocks{0};  // prefix blocks read back from the disk cache
+    std::atomic<uint64_t> ram_hit_blocks{0};   // ... and from host memory (--cache-ram)
+    std::atomic<int64_t> ram_cache_bytes{0};
+    std::atomic<int> kv_pinned{0};
+    std::atomic<uint64_t> pins_broken{0};
     std::atomic<uint64_t> spec_drafted{0}, spec_accepted{0};
     std::atomic<bool> has_draft_model{false};
     std::atomic<double> draft_rate{0};

@@ -37,6 +37,13 @@ struct GenerationParams {
     // N > 0 at most N draft tokens per step (and never more than the engine's draft_max).
     // Speculation never changes the output, only how many steps it takes.
     int draft_max = -1;
+    // Anthropic's cache_control breakpoints: the prompt's first n_tokens stay in the prefix
+    // cache for ttl_s seconds after the request, ahead of other traffic (block_manager.h: pins).
+    struct CachePin {
+        int n_tokens = 0;
+        double ttl_s = 300;
+    };
+    std::vector<CachePin> cache_pins;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };

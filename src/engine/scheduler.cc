@@ -103,7 +103,6 @@ void Scheduler::fetch_stored(const Sequence& s, int max_blocks, std::vector<int3
         }
         matched->push_back(b);
         parent = h;
-        EngineMetrics::add<uint64_t>(metrics_.disk_hit_blocks, 1);
     }
 }
 
@@ -242,6 +241,8 @@ void Scheduler::update_gauges() {
     metrics_.n_running.store(static_cast<int>(running_.size()));
     metrics_.kv_used.store(blocks_.n_used());
     metrics_.kv_cached.store(blocks_.n_cached());
+    metrics_.kv_pinned.store(blocks_.n_pinned_cached());
+    metrics_.pins_broken.store(blocks_.n_pins_broken());
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_all() {
@@ -256,6 +257,16 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_all() {
 void Scheduler::publish_blocks(Sequence& s) {
     if (!caching(s)) return;
     s.chain.publish(blocks_, s.kv->blocks(), s.tokens.data(), s.n_in_kv, store_);
+    // cache_control breakpoints: once the whole prompt is published, its blocks up to each
+    // breakpoint are pinned for the breakpoint's time (a later request using them renews it).
+    if (!s.pinned && !s.params.cache_pins.empty() && s.n_in_kv >= s.n_prompt) {
+        s.pinned = true;
+        const std::span<const int32_t> prompt(s.tokens.data(), static_cast<size_t>(s.n_prompt));
+        for (const GenerationParams::CachePin& p : s.params.cache_pins) {
+            const int64_t until = blocks_.now_ms() + static_cast<int64_t>(p.ttl_s * 1000);
+            blocks_.pin_prefix(prompt, std::min(p.n_tokens, s.n_prompt) / blocks_.block_size(), until);
+        }
+    }
 }
 
 }  // namespace ferrox

@@ -73,7 +73,7 @@ public:
     // Publishes the sequence's newly completed blocks to the prefix cache (and offers them to
     // the second tier, when there is one).
     void publish_blocks(Sequence& s);
-    // The prefix cache's second tier (the disk cache), or null.
+    // The prefix cache's further tiers (prefix_store.h), or null.
     void set_store(PrefixStore* store) { store_ = store; }
     bool caching(const Sequence& s) const { return s.caching(cfg_.prefix_cache); }
 

@@ -81,6 +81,7 @@ struct Sequence {
     uint64_t order = 0;           // admission order: the highest is preempted first
     PrefixChain chain;            // its blocks in the prefix cache
     int n_cached = 0;             // prompt tokens reused from the cache at first admission
+    bool pinned = false;          // its cache_pins are applied (once its prompt is published)
 
     // Postprocessor: sampling, text and the end.
     int n_generated = 0;

@@ -811,6 +811,65 @@ TEST_P(BlockManagerRandom, AgainstAReferenceModel) {
     EXPECT_EQ(pool.allocate(), -1);
 }
 
+// Pins (cache_control breakpoints): a pinned prefix is evicted after every unpinned cached block,
+// and before its time only when nothing else is left (counted); a pin that ran out protects
+// nothing; the eviction hook sees each cached block before it is handed out again.
+TEST(BlockManager, PinnedPrefixesAreEvictedLast) {
+    BlockManager pool(6, kBs);
+    pool.set_now(1000);
+    std::vector<int32_t> evicted;
+    pool.set_evict_hook([&](int32_t b) {
+        EXPECT_TRUE(pool.published(b));  // still indexed when the hook sees it
+        evicted.push_back(b);
+    });
+    const auto ta = iota_tokens(2 * kBs, 100), tb = iota_tokens(2 * kBs, 500);
+    std::vector<int32_t> a = {pool.allocate(), pool.allocate()}, b = {pool.allocate(), pool.allocate()};
+    publish_chain(pool, a, ta);
+    publish_chain(pool, b, tb);
+    EXPECT_EQ(pool.pin_prefix(ta, 2, 61000), 2);
+    EXPECT_EQ(pool.pin_prefix(iota_tokens(2 * kBs, 900), 2, 61000), 0);  // not cached: nothing
+    release_all(pool, a);  // released first: the plain LRU would evict a first
+    release_all(pool, b);
+    EXPECT_EQ(pool.n_pinned_cached(), 2);
+    // Two free blocks, then b's (unpinned), then a's only when nothing else is left.
+    for (int i = 0; i < 4; ++i) ASSERT_GE(pool.allocate(), 0);
+    EXPECT_EQ(evicted, (std::vector<int32_t>{b[1], b[0]}));
+    EXPECT_EQ(match(pool, ta).size(), 2u);  // a is still there
+    release_all(pool, a);
+    EXPECT_EQ(pool.n_pins_broken(), 0u);
+    const int32_t forced = pool.allocate();
+    EXPECT_EQ(forced, a[1]);  // the tail of the pinned prefix goes first
+    EXPECT_EQ(pool.n_pins_broken(), 1u);
+    EXPECT_EQ(evicted.size(), 3u);
+}
+
+TEST(BlockManager, APinThatRanOutProtectsNothing) {
+    BlockManager pool(3, kBs);
+    pool.set_now(0);
+    const auto ta = iota_tokens(kBs, 100), tb = iota_tokens(kBs, 500);
+    const int32_t a = pool.allocate(), b = pool.allocate();
+    pool.publish(a, -1, ta.data());
+    pool.publish(b, -1, tb.data());
+    pool.pin_prefix(ta, 1, 5000);
+    pool.release(a);
+    pool.release(b);
+    ASSERT_GE(pool.allocate(), 0);  // the free block
+    pool.set_now(5001);  // a's pin ran out: it ages from now, behind b
+    EXPECT_EQ(pool.allocate(), b);
+    EXPECT_EQ(pool.allocate(), a);
+    EXPECT_EQ(pool.n_pins_broken(), 0u);
+    for (int32_t x : {0, 1, 2}) pool.release(x);
+    // Re-pinning renews: the later time wins, an earlier one does not shorten it.
+    const int32_t c = pool.allocate();
+    pool.publish(c, -1, tb.data());
+    pool.pin_prefix(tb, 1, 9000);
+    pool.pin_prefix(tb, 1, 6000);
+    pool.set_now(8000);
+    EXPECT_TRUE(pool.pinned(c));
+    pool.set_now(9000);
+    EXPECT_FALSE(pool.pinned(c));
+}
+
 INSTANTIATE_TEST_SUITE_P(Seeds, BlockManagerRandom,
                          ::testing::Values(std::make_tuple(4, 24, 1u), std::make_tuple(4, 12, 2u),
                                            std::make_tuple(1, 16, 3u), std::make_tuple(2, 40, 4u),

@@ -385,6 +385,65 @@ TEST_F(EngineTest, CancelFreesEverything) {
     EXPECT_EQ(e->stats().kv_blocks_used, 0);
 }
 
+// The prefix cache's tiers on a pool too small to keep one prompt while others run: a prompt
+// whose blocks the pool evicted is read back from host memory (--cache-ram) with the same
+// greedy tokens; without the tier it is recomputed. A cache_control pin keeps it in the pool.
+TEST_F(EngineTest, EvictedPrefixesComeBackFromRamAndPinsKeepThem) {
+    std::string text = "<|im_start|>system\nYou are a helpful assistant who answers in one line.";
+    for (int i = 0; i < 12; ++i) text += " Rule " + std::to_string(i) + ": be brief and kind to everyone.";
+    const std::vector<int32_t> a = ids(text + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    ASSERT_GT(a.size(), 120u);
+    const int full = (static_cast<int>(a.size()) - 2) / 16 * 16;
+    auto run = [&](Engine& e, const std::vector<int32_t>& p, GenerationParams params) {
+        Collector c;
+        EXPECT_TRUE(e.submit(p, std::move(params), c.sink()).has_value());
+        EXPECT_TRUE(c.wait());
+        return std::make_pair(c.text, c.last.n_cached);
+    };
+    // Other prompts, each as long as the pool allows: every block of `a` gets evicted.
+    auto churn = [&](Engine& e) {
+        for (int k = 0; k < 6; ++k) {
+            std::vector<int32_t> other;
+            for (int i = 0; i < 64; ++i) other.push_back(1000 + 97 * k + i);
+            run(e, other, greedy(4));
+        }
+    };
+    auto engine = [&](int64_t ram_mib) {
+        EngineOptions eo;
+        eo.n_parallel = 1;
+        eo.n_ctx = 256;  // 16 blocks of 16
+        eo.block_size = 16;
+        eo.cache_ram_mib = ram_mib;
+        auto e = Engine::create(*model_, eo);
+        EXPECT_TRUE(e.has_value());
+        return std::move(*e);
+    };
+    auto plain = engine(0);
+    const auto cold = run(*plain, a, greedy(8));
+    churn(*plain);
+    EXPECT_LT(run(*plain, a, greedy(8)).second, full / 2);  // evicted: recomputed
+
+    auto tiered = engine(64);
+    EXPECT_EQ(run(*tiered, a, greedy(8)), std::make_pair(cold.first, 0));
+    churn(*tiered);
+    const auto back = run(*tiered, a, greedy(8));
+    EXPECT_EQ(back.first, cold.first);
+    EXPECT_EQ(back.second, full);
+    EXPECT_GE(tiered->stats().ram_hit_blocks, static_cast<uint64_t>(full / 16 / 2));
+    EXPECT_GT(tiered->stats().ram_cache_bytes, 0);
+
+    auto pinned = engine(0);
+    GenerationParams p = greedy(8);
+    p.cache_pins.push_back({.n_tokens = static_cast<int>(a.size()), .ttl_s = 300});
+    run(*pinned, a, p);
+    EXPECT_GT(pinned->stats().kv_blocks_pinned, 0);
+    churn(*pinned);
+    const auto kept = run(*pinned, a, greedy(8));
+    EXPECT_EQ(kept.first, cold.first);
+    EXPECT_EQ(kept.second, full);
+    EXPECT_EQ(pinned->stats().pins_broken, 0u);
+}
+
 TEST_F(EngineTest, LimitsAreErrorsWithNumbers) {
     Collector c;
     std::vector<std::unique_ptr<Collector>> cs;

@@ -1,8 +1,10 @@
 // The prompt cache on disk: blocks written by one cache are read back, byte for byte, by another
 // over the same directory (a restart); damaged, truncated and foreign files are skipped and
 // removed, never read into the pool; the directory stays within its budget, least recently
-// used first.
+// used first. The host-memory tier likewise: spilled blocks read back byte for byte, a
+// collision's tokens refused, its budget spent least recently used first.
 #include "engine/kv_disk_cache.h"
+#include "engine/kv_ram_cache.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -152,6 +154,36 @@ TEST(KvDiskCache, ADirectoryThatCannotBeMadeIsAnErrorAtStart) {
     auto c = KvDiskCache::open(file + "/sub", 1, kv, 1 << 20);  // a file where a directory must go
     ASSERT_FALSE(c.has_value());
     EXPECT_NE(c.status().message().find("--cache-dir"), std::string::npos) << c.status().message();
+}
+
+TEST(KvRamCache, SpilledBlocksComeBackByteForByteWithinTheBudget) {
+    KvStorage kv(kGeo, 4);
+    const size_t entry = kGeo.block_bytes() + kGeo.block_size * sizeof(int32_t);
+    KvRamCache ram(kv, static_cast<int64_t>(2 * entry));  // room for two blocks
+    const auto t0 = tokens(100), t1 = tokens(200), t2 = tokens(300);
+    fill(kv, 0, 1);
+    fill(kv, 1, 2);
+    fill(kv, 2, 3);
+    const auto b1 = bytes_of(kv, 1), b2 = bytes_of(kv, 2);
+    ram.spill(0xa, t0.data(), 0);
+    ram.spill(0xb, t1.data(), 1);
+    EXPECT_TRUE(ram.has(0xa) && ram.has(0xb));
+    EXPECT_FALSE(ram.fetch(0xb, t0.data(), 3));  // the right hash with other tokens: refused
+    ram.spill(0xc, t2.data(), 2);                // over budget: 0xa (least recently used) goes
+    EXPECT_FALSE(ram.has(0xa));
+    EXPECT_EQ(ram.blocks(), 2);
+    EXPECT_EQ(ram.bytes(), static_cast<int64_t>(2 * entry));
+    fill(kv, 3, 9);
+    ASSERT_TRUE(ram.fetch(0xb, t1.data(), 3));
+    EXPECT_EQ(bytes_of(kv, 3), b1);
+    EXPECT_FALSE(ram.has(0xb));  // it moved into the pool
+    ASSERT_TRUE(ram.fetch(0xc, t2.data(), 0));
+    EXPECT_EQ(bytes_of(kv, 0), b2);
+    EXPECT_EQ(ram.blocks(), 0);
+    EXPECT_FALSE(ram.fetch(0xa, t0.data(), 0));
+    KvRamCache off(kv, 0);
+    off.spill(0xa, t0.data(), 0);
+    EXPECT_FALSE(off.has(0xa));
 }
 
 }  // namespace

@@ -74,25 +74,47 @@ struct Parsed {
     GenerationParams params;
     bool stream = false;
     std::string model;
-    // The last cache_control breakpoint: the index in conv.messages of the message it ends (the
-    // system message for one on the system prompt or the tools); -1: none.
+    // The cache_control breakpoints: the index in conv.messages of the message each ends (the
+    // system message for one on the system prompt or the tools) with its ttl in seconds, in
+    // order; cache_upto is the last one's index (-1: none).
+    std::vector<std::pair<int, double>> breakpoints;
     int cache_upto = -1;
 };
 
-// Whether a request value (a message, a content block list, a tool list, the system prompt)
-// carries a cache_control breakpoint.
-bool has_cache_control(const json& v) {
+// The longest cache_control ttl a request value (a message, a content block list, a tool list,
+// the system prompt) carries, in seconds: 0 without one, 300 for "5m" (the default), 3600 for
+// "1h"; -1 (and `err`) for another ttl.
+double cache_control_ttl(const json& v, const std::string& where, ApiError* err) {
+    double ttl = 0;
+    const auto one = [&](const json& o) {
+        const auto it = o.find("cache_control");
+        if (it == o.end() || it->is_null()) return true;
+        double t = 300;
+        if (it->is_object()) {
+            if (const auto tt = it->find("ttl"); tt != it->end() && !tt->is_null()) {
+                if (tt->is_string() && *tt == "1h") t = 3600;
+                else if (!(tt->is_string() && *tt == "5m")) {
+                    *err = bad_param(where + ".cache_control.ttl", "cache_control.ttl: Input should be '5m' or '1h'");
+                    return false;
+                }
+            }
+        }
+        ttl = std::max(ttl, t);
+        return true;
+    };
     if (v.is_object()) {
-        if (const auto it = v.find("cache_control"); it != v.end() && !it->is_null()) return true;
-        if (const auto c = v.find("content"); c != v.end() && c->is_array()) return has_cache_control(*c);
-        return false;
-    }
-    if (v.is_array()) {
+        if (!one(v)) return -1;
+        if (const auto c = v.find("content"); c != v.end() && c->is_array()) {
+            const double t = cache_control_ttl(*c, where + ".content", err);
+            if (t < 0) return -1;
+            ttl = std::max(ttl, t);
+        }
+    } else if (v.is_array()) {
         for (const json& b : v) {
-            if (b.is_object() && b.contains("cache_control") && !b["cache_control"].is_null()) return true;
+            if (b.is_object() && !one(b)) return -1;
         }
     }
-    return false;
+    return ttl;
 }
 
 bool parse_tools(const Fields& f, Conversation* conv, ApiError* err) {
@@ -279,17 +301,23 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
         *err = bad_param("messages", "messages: at least one message is required");
         return false;
     }
-    // Breakpoints by message, as indices before the leading system messages are merged (-2: none;
-    // -1: the system prompt or the tools).
-    int breakpoint = -2;
-    if (const json* sys = f.find("system"); sys && has_cache_control(*sys)) breakpoint = -1;
-    if (const json* tools = f.find("tools"); tools && has_cache_control(*tools)) breakpoint = -1;
+    // Breakpoints by message, as indices before the leading system messages are merged (-1: the
+    // system prompt or the tools), with their ttl.
+    std::vector<std::pair<int, double>> breakpoints;
+    for (const char* key : {"system", "tools"}) {
+        if (const json* v = f.find(key)) {
+            const double ttl = cache_control_ttl(*v, key, err);
+            if (ttl < 0) return false;
+            if (ttl > 0) breakpoints.push_back({-1, ttl});
+        }
+    }
     std::vector<std::string> call_ids;
     for (size_t i = 0; i < messages->size(); ++i) {
-        if (!parse_message((*messages)[i], "messages." + std::to_string(i), &conv, &call_ids, err)) return false;
-        if (has_cache_control((*messages)[i]) && !conv.messages.empty()) {
-            breakpoint = static_cast<int>(conv.messages.size()) - 1;
-        }
+        const std::string where = "messages." + std::to_string(i);
+        if (!parse_message((*messages)[i], where, &conv, &call_ids, err)) return false;
+        const double ttl = cache_control_ttl((*messages)[i], where, err);
+        if (ttl < 0) return false;
+        if (ttl > 0 && !conv.messages.empty()) breakpoints.push_back({static_cast<int>(conv.messages.size()) - 1, ttl});
     }
     int n_leading = 0;
     while (n_leading < static_cast<int>(conv.messages.size()) && conv.messages[n_leading].role == "system") ++n_leading;
@@ -312,11 +340,16 @@ bool parse_request(const json& body, bool need_max_tokens, int default_max_token
     if (!system.empty()) merged.insert(merged.begin(), ChatMessage{.role = "system", .content = system});
     conv.messages = std::move(merged);
     const bool has_system = !conv.messages.empty() && conv.messages[0].role == "system";
-    if (breakpoint == -1) {
-        out->cache_upto = has_system ? 0 : -1;
-    } else if (breakpoint >= 0) {
-        out->cache_upto = breakpoint < n_leading ? 0 : breakpoint - n_leading + (has_system ? 1 : 0);
+    for (const auto& [index, ttl] : breakpoints) {
+        const int at = index < n_leading ? (has_system ? 0 : -1) : index - n_leading + (has_system ? 1 : 0);
+        if (at < 0) continue;  // tools alone, without a system prompt: nothing to end at
+        if (!out->breakpoints.empty() && out->breakpoints.back().first >= at) {
+            out->breakpoints.back().second = std::max(out->breakpoints.back().second, ttl);
+            continue;
+        }
+        out->breakpoints.push_back({at, ttl});
     }
+    if (!out->breakpoints.empty()) out->cache_upto = out->breakpoints.back().first;
     if (!parse_tools(f, &conv, err)) return false;
     const json* thinking = nullptr;
     if (!f.object("thinking", &thinking, err)) return false;
@@ -500,11 +533,15 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     }
     const int n_prompt = static_cast<int>(job.prompt.size());
     auto sink = std::make_unique<MessagesSink>(job.model, job.stream, n_prompt);
-    if (p.cache_upto >= 0) {  // the breakpoint's position: the conversation up to it, rendered alone
+    // Each breakpoint's position: the conversation up to it, rendered alone. The prompt up to
+    // each stays cached for its ttl (pinned), and usage counts up to the last.
+    for (const auto& [index, ttl] : p.breakpoints) {
         Conversation upto = p.conv;
-        upto.messages.resize(static_cast<size_t>(p.cache_upto) + 1);
+        upto.messages.resize(static_cast<size_t>(index) + 1);
         if (auto text = job.model->prompt().render(upto, /*add_generation_prompt=*/false); text.has_value()) {
-            sink->set_cache_breakpoint(static_cast<int>(job.model->prompt().tokenize(*text).size()));
+            const int n = std::min(n_prompt, static_cast<int>(job.model->prompt().tokenize(*text).size()));
+            job.params.cache_pins.push_back({.n_tokens = n, .ttl_s = ttl});
+            if (index == p.cache_upto) sink->set_cache_breakpoint(n);
         }
     }
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
