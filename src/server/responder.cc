@@ -98,6 +98,7 @@ void ObservedResponder::finish() {
         line["cached_tokens"] = record_->n_cached;
         line["generated_tokens"] = record_->n_generated;
         line["ttft_ms"] = record_->ttft_ms >= 0 ? json(record_->ttft_ms) : json(nullptr);
+        if (!record_->cache_key.empty()) line["cache_key"] = record_->cache_key;
         if (!record_->prompt.empty()) line["prompt"] = record_->prompt;
     }
     line["total_ms"] = ms;

@@ -23,6 +23,7 @@ struct AccessRecord {
     int n_prompt = 0, n_cached = 0, n_generated = 0;
     double ttft_ms = -1;
     std::string prompt;  // only with --log-prompts
+    std::string cache_key;  // the client's cache/routing hint (Responses `prompt_cache_key`)
 };
 
 // One JSON line per request to a file (or stderr); thread-safe.
