@@ -92,6 +92,10 @@ Expected<uint64_t> Args::get_u64(const std::string& name, uint64_t def) const {
 std::string usage(const std::vector<FlagSpec>& specs) {
     std::string out;
     for (const auto& s : specs) {
+        if (s.names.empty()) {  // a heading: the flags below belong to it
+            out += "\n" + s.help + ":\n";
+            continue;
+        }
         std::string names;
         for (const auto& n : s.names) names += (names.empty() ? "" : ", ") + n;
         if (s.takes_value) names += " X";

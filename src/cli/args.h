@@ -11,7 +11,7 @@
 namespace ferrox::cli {
 
 struct FlagSpec {
-    std::vector<std::string> names;  // e.g. {"-n", "--n-predict"}
+    std::vector<std::string> names;  // e.g. {"-n", "--n-predict"}; empty: a heading for usage()
     bool takes_value;
     std::string help;
 };

@@ -10,11 +10,13 @@
 #include <memory>
 #include <string>
 
+#include "chat/builtin_templates.h"
 #include "chat/jinja.h"
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "core/log.h"
 #include "core/mmap_file.h"
+#include "engine/embedder.h"
 #include "engine/engine_core.h"
 #include "engine/loaded_model.h"
 #include "engine/prompt.h"
@@ -261,21 +263,47 @@ int cmd_run(int argc, char** argv) {
 
 
 const std::vector<FlagSpec> kServeFlags = {
-    {{"-m", "--model"}, true, "model file (GGUF); repeatable: each model is served under its own name"},
+    {{}, false, "server"},
     {{"--host"}, true, "address to bind (default 127.0.0.1)"},
     {{"--port"}, true, "port (default 8080)"},
+    {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
+    {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
+    {{"--api-key"}, true, "require this API key (repeatable)"},
+    {{"--api-key-file"}, true, "file with one API key per line"},
+    {{"--cors-origin"}, true, "allow browser requests from this origin (repeatable; * for any); default: CORS off"},
+    {{"--admin-key"}, true, "enables /admin/models/* with this key (Authorization: Bearer KEY); without it they answer 403"},
+    {{"--access-log"}, true, "one JSON line per request to FILE (- for stderr): route, model, status, tokens, times"},
+    {{"--log-prompts"}, false, "include prompts in the access log (off by default)"},
+    {{"--max-prompt-tokens"}, true, "refuse prompts longer than this many tokens (400; default: the context)"},
+    {{"--max-tokens-cap"}, true, "cap every request's max_tokens at this (default: no cap)"},
+    {{"--request-timeout"}, true, "end a request after this many seconds, with what it has (default: none)"},
+    {{"--config"}, true, "read flags from FILE, one per line (\"--port 8080\"; '#' comments); later flags win"},
+    {{"--metrics-compat"}, true, "llamacpp: /metrics also carries llama-server's llamacpp:* metrics (its dashboards work unchanged)"},
+    {{"--slots"}, false, "llama-server: GET /slots lists the parallel slots (the default)"},
+    {{"--no-slots"}, false, "llama-server: GET /slots answers 501, as llama-server's"},
+    {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
+    {{"-h", "--help"}, false, "this help"},
+    {{}, false, "model"},
+    {{"-m", "--model"}, true, "model file (GGUF); repeatable: each model is served under its own name"},
+    {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
+    {{"--default-model"}, true, "the alias that serves requests naming no served model (default: with one chat model, any name is served by it; with several, an unknown name is a 404)"},
+    {{"--max-memory"}, true, "MiB that loaded models may use (weights + KV); a load beyond is refused (default: no limit)"},
+    {{"-t", "--threads"}, true, "threads (default: all cores)"},
     {{"-c", "--ctx-size"}, true, "KV cache size in tokens, shared by all slots (default 4096); with --kv-budget, the longest context of one request"},
+    {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
+    {{"-ub", "--ubatch-size"}, true, "llama-server's physical batch: a forward step takes min(-b, -ub) tokens"},
+    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (less load time and memory; slower prompts; a mixture's experts stay mapped too); the default for files over 3/4 of memory"},
+    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default for files that fit)"},
+    {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
+    {{"--embedding", "--embeddings"}, false, "llama-server: serve embeddings only; the generating routes answer 501 (the model must be an encoder checkpoint)"},
+    {{"--pooling"}, true, "llama-server: embedding pooling mean, cls or last, replacing the checkpoint's (none and rank are refused)"},
+    {{}, false, "cache"},
     {{"--kv-budget"}, true, "KV cache size in MiB (replaces -c as the pool size)"},
     {{"--kv-type"}, true, "KV cache type: f16 (default) or q8_0"},
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
     {{"--cache-dir"}, true, "keep the prompt cache on disk in this directory too: prefixes evicted from the pool or computed before a restart are read back, not recomputed"},
     {{"--cache-disk"}, true, "most MiB the prompt cache takes in --cache-dir, least recently used first (default 8192)"},
-    {{"--mmap"}, false, "map the weights instead of copying them into huge-page memory (less load time and memory; slower prompts; a mixture's experts stay mapped too); the default for files over 3/4 of memory"},
-    {{"--no-mmap"}, false, "copy the weights into huge-page memory (the default for files that fit)"},
-    {{"--ggml-order"}, false, "matrix products in llama.cpp's x86 order: logits bit-identical to llama.cpp's AVX2 build for Q4_1, Q5_0, Q8_0, Q4_K and Q6_K models (SmolLM2, Gemma 3), slower in batches and prompts (default: one fixed order per type)"},
-    {{"-np", "--parallel"}, true, "sequences generated at once (default 4)"},
-    {{"-t", "--threads"}, true, "threads (default: all cores)"},
-    {{"-b", "--batch-size"}, true, "tokens per forward step (default 512, at least 2)"},
+    {{}, false, "speculative decoding"},
     {{"--spec-ngram"}, true,
      "speculative decoding by prompt lookup: match the last N tokens (down to 2) earlier in the context "
      "and verify what followed (default 3; 0: off)"},
@@ -283,26 +311,17 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"-md", "--model-draft"}, true,
      "draft model for speculative decoding of the first -m model (a smaller model of its vocabulary); "
      "replaces prompt lookup"},
-    {{"--alias"}, true, "name to report and accept for the model of the same position (repeatable)"},
-    {{"--default-model"}, true, "the alias that serves requests naming no served model (default: with one chat model, any name is served by it; with several, an unknown name is a 404)"},
-    {{"--api-key"}, true, "require this API key (repeatable)"},
-    {{"--api-key-file"}, true, "file with one API key per line"},
+    {{}, false, "chat templates and reasoning"},
+    {{"--chat-template"}, true, "llama-server: a built-in template name (chatml, llama3, mistral-v7, gemma, ...; see below) or a Jinja template text"},
     {{"--chat-template-file"}, true, "Jinja chat template replacing the model's"},
-    {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
-    {{"--max-queue"}, true, "requests that may wait for a slot; beyond, 429 (default 64)"},
-    {{"--config"}, true, "read flags from FILE, one per line (\"--port 8080\"; '#' comments); later flags win"},
-    {{"--cors-origin"}, true, "allow browser requests from this origin (repeatable; * for any); default: CORS off"},
-    {{"--access-log"}, true, "one JSON line per request to FILE (- for stderr): route, model, status, tokens, times"},
-    {{"--log-prompts"}, false, "include prompts in the access log (off by default)"},
-    {{"--max-prompt-tokens"}, true, "refuse prompts longer than this many tokens (400; default: the context)"},
-    {{"--max-tokens-cap"}, true, "cap every request's max_tokens at this (default: no cap)"},
-    {{"--request-timeout"}, true, "end a request after this many seconds, with what it has (default: none)"},
-    {{"--admin-key"}, true, "enables /admin/models/* with this key (Authorization: Bearer KEY); without it they answer 403"},
-    {{"--max-memory"}, true, "MiB that loaded models may use (weights + KV); a load beyond is refused (default: no limit)"},
+    {{"--jinja"}, false, "llama-server: accepted (chat templates are always rendered as Jinja)"},
+    {{"--no-jinja"}, false, "llama-server: accepted with a note (ferrox renders every chat template as Jinja)"},
     {{"--reasoning-format"}, true, "auto: thinking goes to its own field/blocks (default); none: it stays in the text"},
     {{"--reasoning-field"}, true, "Chat Completions' name for it: reasoning_content, reasoning or both (default both)"},
-    {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
-    // llama-server's flags, with its meaning.
+    {{"-rea", "--reasoning"}, true, "llama-server: on|off|auto: enable_thinking true/false for every chat template, or the template's default (auto)"},
+    {{"--reasoning-budget"}, true, "llama-server: -1 unlimited (default), 0 no thinking (enable_thinking false); a token budget is refused"},
+    {{}, false, "sampling (defaults of requests that set none)"},
+    {{"-n", "--n-predict"}, true, "default max_tokens when a request gives none (default: until the end)"},
     {{"--temp"}, true, "llama-server: default temperature of requests that set none (default 0.8)"},
     {{"--top-k"}, true, "llama-server: default top-k (default 40; 0: off)"},
     {{"--top-p"}, true, "llama-server: default top-p (default 0.95)"},
@@ -312,16 +331,15 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--presence-penalty"}, true, "llama-server: default presence penalty (default 0)"},
     {{"--frequency-penalty"}, true, "llama-server: default frequency penalty (default 0)"},
     {{"-s", "--seed"}, true, "llama-server: default seed of requests that set none (default -1: random)"},
+    {{}, false, "llama-server compatibility"},
     {{"-ctk", "--cache-type-k"}, true, "llama-server: KV cache type (f16 or q8_0; K and V share one type here)"},
     {{"-ctv", "--cache-type-v"}, true, "llama-server: the same for V"},
-    {{"--jinja"}, false, "llama-server: accepted (chat templates are always rendered as Jinja)"},
     {{"--metrics"}, false, "llama-server: accepted (/metrics is always on)"},
     {{"--offline"}, false, "llama-server: accepted (ferrox never downloads)"},
     {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
     {{"-fa", "--flash-attn"}, true, "llama-server: on|off|auto, accepted with a note (this build computes on the CPU)"},
     {{"--n-cpu-moe"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
     {{"-hf", "--hf-repo"}, true, "llama-server: refused (ferrox does not download models: give -m FILE)"},
-    {{"-h", "--help"}, false, "this help"},
 };
 
 // llama-server's flags that ferrox takes with their meaning: the sampling defaults of requests
@@ -359,7 +377,55 @@ Status read_llama_server_flags(const Args& a, SamplingDefaults* sd, KvType* kv_t
     for (const char* gpu : {"-ngl", "-fa", "--n-cpu-moe"}) {
         if (a.has(gpu)) std::fprintf(stderr, "ferrox: %s: this build computes on the CPU; ignored\n", gpu);
     }
+    if (a.has("--no-jinja")) {
+        std::fprintf(stderr, "ferrox: --no-jinja: chat templates are always rendered as Jinja here (the built-in "
+                             "names of --chat-template are Jinja too); ignored\n");
+    }
     return Status::ok();
+}
+
+// --chat-template: one of llama.cpp's built-in names, or (as llama-server takes it with --jinja)
+// the text of a Jinja template. A word that is neither is refused with the list of names.
+Expected<std::string> chat_template_arg(const std::string& value) {
+    if (auto src = builtin_chat_template(value)) return std::string(*src);
+    if (value.find("{%") != std::string::npos || value.find("{{") != std::string::npos) {
+        auto t = JinjaTemplate::parse(value);
+        if (!t.has_value()) return invalid_argument("--chat-template: not a valid Jinja template: " + t.status().message());
+        return value;
+    }
+    std::string names;
+    for (const auto& n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
+    return invalid_argument("--chat-template: '" + value + "' is neither a built-in template (" + names +
+                            ") nor a Jinja template");
+}
+
+// --reasoning on|off|auto and --reasoning-budget N as llama-server reads them: on/off set the
+// templates' enable_thinking for every request (a request's chat_template_kwargs still win),
+// auto leaves the template's default; a budget of 0 turns thinking off, -1 leaves it alone.
+// The JSON object of default template variables ("" when none).
+Expected<std::string> reasoning_kwargs(const Args& a) {
+    std::string enable;  // "", "true", "false"
+    if (auto r = a.get("-rea")) {
+        if (*r == "on" || *r == "1" || *r == "true" || *r == "enabled") {
+            enable = "true";
+        } else if (*r == "off" || *r == "0" || *r == "false" || *r == "disabled") {
+            enable = "false";
+        } else if (*r != "auto") {
+            return invalid_argument("--reasoning must be on, off or auto, not '" + *r + "'");
+        }
+    }
+    FERROX_ASSIGN_OR_RETURN(const int budget, a.get_int("--reasoning-budget", -1));
+    if (budget < -1) return invalid_argument("--reasoning-budget must be -1 (unlimited), 0 (no thinking) or a count");
+    if (budget > 0) {
+        return invalid_argument("--reasoning-budget " + std::to_string(budget) +
+                                ": ferrox does not cut thinking at a token count; give -1 (unlimited) or 0 "
+                                "(no thinking), or max_tokens per request");
+    }
+    if (budget == 0) {
+        if (enable == "true") return invalid_argument("--reasoning on and --reasoning-budget 0 contradict each other");
+        enable = "false";
+    }
+    return enable.empty() ? std::string() : "{\"enable_thinking\": " + enable + "}";
 }
 
 int cmd_serve(int argc, char** argv) {
@@ -415,7 +481,10 @@ int cmd_serve(int argc, char** argv) {
     auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), 2, kServeFlags);
     if (!args.has_value()) return fail(args.status());
     if (args->has("-h")) {
-        std::printf("usage: ferrox serve -m MODEL [options]\n%s", usage(kServeFlags).c_str());
+        std::string names;
+        for (const auto& n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
+        std::printf("usage: ferrox serve -m MODEL [options]\n%s\nbuilt-in chat templates (--chat-template NAME):\n  %s\n",
+                    usage(kServeFlags).c_str(), names.c_str());
         return 0;
     }
     if (model_paths.empty()) return fail(invalid_argument("no model: give -m MODEL (repeatable)"));
@@ -427,13 +496,14 @@ int cmd_serve(int argc, char** argv) {
     auto n_par = args->get_int("-np", 4);
     auto n_threads = args->get_int("-t", 0);
     auto n_batch = args->get_int("-b", 512);
+    auto n_ubatch = args->get_int("-ub", 512);
     auto n_predict = args->get_int("-n", -1);
     auto max_queue = args->get_int("--max-queue", 64);
     auto kv_budget = args->get_int("--kv-budget", 0);
     auto cache_disk = args->get_int("--cache-disk", 8192);
     auto spec_ngram = args->get_int("--spec-ngram", EngineOptions{}.spec_ngram);
     auto draft_max = args->get_int("--draft-max", EngineOptions{}.draft_max);
-    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_predict, &max_queue, &kv_budget,
+    for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_ubatch, &n_predict, &max_queue, &kv_budget,
                           &spec_ngram, &draft_max, &cache_disk}) {
         if (!e->has_value()) return fail(e->status());
     }
@@ -446,6 +516,9 @@ int cmd_serve(int argc, char** argv) {
     if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 2 || *max_queue < 0 || *kv_budget < 0) {
         return fail(invalid_argument("-c must be >= 16, -np >= 1, -b >= 2, -t, --max-queue and --kv-budget >= 0"));
     }
+    if (*n_ubatch < 2) return fail(invalid_argument("-ub must be >= 2"));
+    // llama-server's physical batch (-ub) is what one forward step takes: ferrox's -b.
+    if (args->has("-ub")) *n_batch = args->has("-b") ? std::min(*n_batch, *n_ubatch) : *n_ubatch;
     auto kv_type = parse_kv_type(args->get("--kv-type").value_or("f16"));
     if (!kv_type.has_value()) return fail(kv_type.status());
     SamplingDefaults sampling;
@@ -483,10 +556,34 @@ int cmd_serve(int argc, char** argv) {
     so.request_timeout_s = *timeout;
     so.default_max_tokens = *n_predict;
     so.sampling = sampling;
+    if (args->has("--chat-template-file") && args->has("--chat-template")) {
+        return fail(invalid_argument("give --chat-template or --chat-template-file, not both"));
+    }
     if (auto f = args->get("--chat-template-file")) {
         auto text = read_file(*f);
         if (!text.has_value()) return fail(text.status());
         so.chat_template_override = *text;
+    }
+    if (auto t = args->get("--chat-template")) {
+        auto src = chat_template_arg(*t);
+        if (!src.has_value()) return fail(src.status());
+        so.chat_template_override = *src;
+    }
+    auto template_kwargs = reasoning_kwargs(*args);
+    if (!template_kwargs.has_value()) return fail(template_kwargs.status());
+    so.embedding_only = args->has("--embedding");
+    so.slots_endpoint = !args->has("--no-slots");
+    if (args->has("--slots") && args->has("--no-slots")) return fail(invalid_argument("--slots and --no-slots contradict each other"));
+    if (auto mc = args->get("--metrics-compat")) {
+        if (*mc != "llamacpp") return fail(invalid_argument("--metrics-compat takes llamacpp (llama-server's metric names)"));
+        so.metrics_llamacpp = true;
+    }
+    std::string pooling = args->get("--pooling").value_or("");
+    if (pooling == "none" || pooling == "rank") {
+        return fail(invalid_argument("--pooling " + pooling + ": ferrox serves pooled embeddings only (mean, cls or last)"));
+    }
+    if (!pooling.empty() && pooling != "mean" && pooling != "cls" && pooling != "last") {
+        return fail(invalid_argument("--pooling must be none, mean, cls, last or rank (ferrox: mean, cls or last)"));
     }
     if (auto rf = args->get("--reasoning-format")) {
         if (*rf != "none" && *rf != "auto" && *rf != "deepseek") {
@@ -538,6 +635,8 @@ int cmd_serve(int argc, char** argv) {
     eo.draft_max = *draft_max;
     defaults->served.chat_template_override = so.chat_template_override;
     defaults->served.prompt.split_reasoning = so.split_reasoning;
+    defaults->served.prompt.default_template_kwargs = *template_kwargs;
+    defaults->pooling = pooling;
     defaults->test_script = args->get("--test-script").value_or("");
     defaults->stand_in = scripted_stand_in;
     RegistryOptions ro;
@@ -553,6 +652,15 @@ int cmd_serve(int argc, char** argv) {
             known |= ModelRegistry::alias_of(lr) == ro.default_model;
         }
         if (!known) return fail(invalid_argument("--default-model " + ro.default_model + " is none of the models' names"));
+    }
+    if (so.embedding_only) {
+        for (const auto& path : model_paths) {
+            if (!is_encoder_checkpoint(path)) {
+                return fail(invalid_argument("--embedding: " + path +
+                                             " is not an embedding model; ferrox embeds with encoder checkpoints "
+                                             "(a bert GGUF or a sentence-transformers directory)"));
+            }
+        }
     }
     auto registry = std::make_shared<ModelRegistry>(ro);
 
@@ -572,6 +680,7 @@ int cmd_serve(int argc, char** argv) {
         }
         for (const ModelStatus& m : registry->list()) {
             if (m.id != ModelRegistry::alias_of(lr)) continue;
+
             if (m.kv_blocks_total == 0) {  // an embedding model: no KV pool
                 std::fprintf(stderr, "ferrox: ready: model %s (embeddings)\n", m.id.c_str());
                 continue;
@@ -610,6 +719,9 @@ int main(int argc, char** argv) {
         return argc < 2 ? 1 : 0;
     }
     const std::string cmd = argv[1];
+    // A file-size limit (ulimit -f) makes a write fail with EFBIG instead of killing the process:
+    // the prompt cache on disk then shrinks, and serving goes on.
+    ::signal(SIGXFSZ, SIG_IGN);
     if (cmd == "serve") return cmd_serve(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "tokenize") return cmd_tokenize(argc, argv);

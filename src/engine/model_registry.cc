@@ -26,6 +26,9 @@ namespace {
 Expected<ModelLease> load_served_encoder(const ModelSpec& spec) {
     EncoderOptions eo;
     eo.n_threads = spec.model.n_threads;
+    if (spec.pooling == "mean") eo.pooling = Pooling::kMean;
+    if (spec.pooling == "cls") eo.pooling = Pooling::kCls;
+    if (spec.pooling == "last") eo.pooling = Pooling::kLast;
     auto enc = load_encoder(spec.path, eo);
     if (!enc.has_value()) return enc.status();
     ServedModelOptions so = spec.served;

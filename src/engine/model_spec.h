@@ -21,6 +21,9 @@ struct ModelSpec {
     // A draft model for speculative decoding (same vocabulary), loaded with `model`'s options;
     // empty: prompt lookup drafts.
     std::string draft_path;
+    // Embedding models: "mean", "cls" or "last" replaces the checkpoint's pooling (llama-server's
+    // --pooling); empty: the checkpoint's.
+    std::string pooling;
     // Tests only: a stand-in the engine runs instead of the model, made from the loaded model
     // and `test_script` (the binary installs testing/scripted_model.h's for --test-script;
     // the engine links no test code).

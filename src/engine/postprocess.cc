@@ -193,6 +193,16 @@ void Postprocessor::accept_drafts(Sequence& s, int32_t tok, std::span<float> log
 // double exps over the vocabulary cost ~0.5 ms a token, on the engine thread); NaN and
 // infinite logits weigh nothing in it.
 TokenLogprob Postprocessor::logprob(const Sequence& s, int32_t token, const float* logits) {
+    if (s.params.post_sampling_probs && s.sampler) {
+        // The sampler's last draw was this token's (next_token emits right after it).
+        TokenLogprob lp;
+        lp.token = token;
+        lp.logprob = std::log(s.sampler->last_prob());
+        std::vector<std::pair<int32_t, float>> top;
+        s.sampler->chain_probs(std::min(s.params.top_logprobs, n_vocab_), &top);
+        for (const auto& [id, p] : top) lp.top.emplace_back(id, std::log(p));
+        return lp;
+    }
     const float temp = s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f;
     const float mx = max_finite(logits, n_vocab_);
     lp_weights_.resize(static_cast<size_t>(n_vocab_));

@@ -159,6 +159,15 @@ Expected<std::string> PromptBuilder::render_json(const Conversation& conv, bool 
     if (tok_->bos() >= 0) in.bos_token = std::string(tok_->token_text(tok_->bos()));
     if (tok_->eos() >= 0) in.eos_token = std::string(tok_->token_text(tok_->eos()));
     in.extra_context_json = conv.template_kwargs;
+    if (!options_.default_template_kwargs.empty()) {
+        // The server's defaults under the request's own variables.
+        auto defaults = parse_object(options_.default_template_kwargs, "default template variables");
+        if (!defaults.has_value()) return defaults.status();
+        auto own = parse_object(conv.template_kwargs, "chat_template_kwargs");
+        if (!own.has_value()) return own.status();
+        for (auto& [k, v] : own->items()) (*defaults)[k] = v;
+        in.extra_context_json = dump(*defaults);
+    }
     auto r = render_chat_template(*tmpl_, in);
     if (!r.has_value()) return Status(r.status().code(), "chat template: " + r.status().message());
     return r;

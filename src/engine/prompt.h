@@ -28,6 +28,9 @@ class JinjaTemplate;
 
 struct PromptOptions {
     bool split_reasoning = true;  // false (--reasoning-format none): thinking stays in the text
+    // A JSON object of template variables every conversation gets unless its own template_kwargs
+    // set them (llama-server's --reasoning on|off: {"enable_thinking": true|false}); "" for none.
+    std::string default_template_kwargs;
 };
 
 struct ChatPrompt {

@@ -23,6 +23,10 @@ struct GenerationParams {
     std::vector<std::string> stop;   // stop strings (never part of the output)
     bool ignore_eos = false;
     int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
+    // The logprobs are those of the distribution after the sampler chain (top-k, top-p, min-p,
+    // temperature), as llama-server's post_sampling_probs reports them: only the candidates
+    // left, summing to 1; greedy gives the chosen token log 1 = 0.
+    bool post_sampling_probs = false;
     bool cache_prompt = true;        // false: neither reuse cached KV nor publish this request's
     // Render control tokens' text (tool-call and reasoning markup that the vocab stores as
     // control tokens, e.g. gpt-oss's <|channel|>); end-of-generation tokens are never text.

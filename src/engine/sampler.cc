@@ -83,10 +83,12 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         if (id >= 0 && id < n_vocab_) logits[id] += bias;
     }
     apply_penalties(logits, history);
-
+    drawn_ = Drawn::kNone;
     if (p.temperature <= 0.0f) {
         last_prob_ = 1.0f;
-        return static_cast<int32_t>(argmax_first(logits.data(), n_vocab_));  // kernels/ops.h
+        drawn_ = Drawn::kGreedy;
+        last_token_ = static_cast<int32_t>(argmax_first(logits.data(), n_vocab_));  // kernels/ops.h
+        return last_token_;
     }
     if (p.top_k <= 0) return sample_without_top_k(logits.data());
 
@@ -170,6 +172,8 @@ int32_t Sampler::sample_without_top_k(const float* l) {
     }
     // No filter: every finite token, drawn at the temperature from the weights in id order.
     const double sum = exp_shifted(l, mx, 1.0f / p.temperature, w, n);
+    drawn_ = Drawn::kWeights;
+    last_sum_ = sum;
     const double r = uniform() * sum;
     double acc = 0;
     int32_t last = 0;
@@ -216,6 +220,8 @@ int32_t Sampler::draw(float mx) {
         c.first = static_cast<float>(std::exp((c.first - mx) / p.temperature));
         sum += c.first;
     }
+    drawn_ = Drawn::kCandidates;
+    last_sum_ = sum;
     const double r = uniform() * sum;
     double acc = 0;
     for (const auto& c : cand_) {
@@ -227,6 +233,29 @@ int32_t Sampler::draw(float mx) {
     }
     last_prob_ = static_cast<float>(cand_.back().first / sum);
     return cand_.back().second;
+}
+
+void Sampler::chain_probs(int k, std::vector<std::pair<int32_t, float>>* out) const {
+    out->clear();
+    if (k <= 0) return;
+    if (drawn_ == Drawn::kGreedy) {
+        out->emplace_back(last_token_, 1.0f);
+        return;
+    }
+    std::vector<std::pair<float, int32_t>> w;  // (weight, id)
+    if (drawn_ == Drawn::kCandidates) {
+        w = cand_;
+    } else if (drawn_ == Drawn::kWeights) {
+        for (int32_t i = 0; i < n_vocab_; ++i) {
+            if (weights_[static_cast<size_t>(i)] > 0) w.emplace_back(weights_[static_cast<size_t>(i)], i);
+        }
+    }
+    if (w.empty() || !(last_sum_ > 0)) return;
+    const size_t n = std::min(w.size(), static_cast<size_t>(k));
+    std::partial_sort(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n), w.end(), by_logit);
+    for (size_t i = 0; i < n && w[i].first > 0; ++i) {
+        out->emplace_back(w[i].second, static_cast<float>(w[i].first / last_sum_));
+    }
 }
 
 }  // namespace ferrox

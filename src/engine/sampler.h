@@ -45,6 +45,11 @@ public:
 
     // After sample(): the probability the chosen distribution gave the token (1 for greedy).
     float last_prob() const { return last_prob_; }
+    // After sample(): the distribution the token was drawn from, after the whole chain (the
+    // candidates top-k, top-p and min-p left, at the temperature; greedy: the chosen token at
+    // 1), its `k` most likely tokens with probability > 0, most likely first (ties: lower id).
+    // llama-server's post_sampling_probs. Allocates: only for requests that ask.
+    void chain_probs(int k, std::vector<std::pair<int32_t, float>>* out) const;
     const SamplingParams& params() const { return params_; }
 
 private:
@@ -66,6 +71,11 @@ private:
     std::vector<float> weights_;                   // exp(logit - max) of every id (no top-k)
     std::vector<int32_t> ids_;                     // collect()'s scratch
     float last_prob_ = 1.0f;
+    // What chain_probs reads: where the last draw's weights are, and their sum.
+    enum class Drawn { kNone, kGreedy, kCandidates, kWeights };
+    Drawn drawn_ = Drawn::kNone;
+    int32_t last_token_ = -1;
+    double last_sum_ = 0;
 };
 
 }  // namespace ferrox

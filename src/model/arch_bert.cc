@@ -271,6 +271,7 @@ Status EncoderModel::init(const TensorLookup& lookup, const std::string& name) {
                                 " is not a multiple of the head count " + std::to_string(hp.n_head));
     }
     if (hp.n_token_types < 1) return invalid_argument(name + ": no token types");
+    if (opts_.pooling) hp.pooling = *opts_.pooling;  // --pooling: the server's choice over the checkpoint's
     if (opts_.max_batch_tokens < hp.n_pos) opts_.max_batch_tokens = hp.n_pos;  // one longest input fits
     const int64_t H = hp.n_embd, F = hp.n_ff;
     // The precision a weight matrix is packed in: the checkpoint's own for F16 and BF16 (the

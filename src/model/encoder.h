@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ struct EncoderHParams {
 struct EncoderOptions {
     int n_threads = 0;            // 0: all cores
     int max_batch_tokens = 2048;  // the most tokens one encode() takes (scratch is sized for it)
+    std::optional<Pooling> pooling;  // set: replaces the pooling the checkpoint declares (--pooling)
 };
 
 class EncoderModel {

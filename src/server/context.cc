@@ -6,6 +6,13 @@
 namespace ferrox {
 
 bool ServerContext::acquire(const std::string& name, ModelLease* out, ApiError* err, ModelUse use) const {
+    if (use == ModelUse::kGenerate && opts.embedding_only) {
+        // llama-server's answer when started with --embedding(s).
+        err->status = 501;
+        err->type = "not_supported_error";
+        err->message = "This server does not support completions. Start it without `--embeddings`";
+        return false;
+    }
     auto m = registry->acquire(name, use == ModelUse::kEmbed ? ModelKind::kEmbed : ModelKind::kGenerate);
     if (m.has_value()) {
         const ModelInfo& info = (*m)->info();

@@ -19,6 +19,7 @@ namespace ferrox {
 
 class Workers;
 class ResponseStore;
+class SlotBoard;
 
 enum class ReasoningField { kReasoningContent, kReasoning, kBoth };
 
@@ -55,6 +56,10 @@ struct ApiServerOptions {
     int max_prompt_tokens = 0;          // > 0: longer prompts are a 400
     int max_tokens_limit = 0;           // > 0: a larger max_tokens (or none: unlimited) is capped
     double request_timeout_s = 0;       // > 0: a request ends (truncated) after this long
+    // llama-server's switches:
+    bool embedding_only = false;        // --embedding: generating routes answer 501 not_supported_error
+    bool slots_endpoint = true;         // --no-slots: GET /slots answers 501
+    bool metrics_llamacpp = false;      // --metrics-compat llamacpp: /metrics adds llamacpp:* names
 };
 
 struct ServerContext {
@@ -64,6 +69,9 @@ struct ServerContext {
     std::unique_ptr<ResponseStore> responses;
     std::shared_ptr<ModelRegistry> registry;
     std::unique_ptr<AccessLog> access_log;
+    // llama-server's /slots view of the generating requests (llamacpp/slots.h); set by the
+    // llama.cpp routes, null without them.
+    std::shared_ptr<SlotBoard> slots;
 
     // The model a request names ("" : the first of the kind `use` needs), once per request;
     // false with a 404 model_not_found (or a 503 while it loads) in *err, or a 400

@@ -6,6 +6,7 @@
 
 #include "core/thread_pool.h"
 #include "server/context.h"
+#include "server/llamacpp/slots.h"
 #include "server/router.h"
 #include "server/workers.h"
 
@@ -193,6 +194,7 @@ void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
         req.record->n_prompt = static_cast<int>(job.prompt.size());
         if (o.log_prompts) req.record->prompt = job.model->detokenize(job.prompt);
     }
+    if (ctx.slots) sink = ctx.slots->track(job, std::move(sink));  // GET /slots sees it
     auto g = std::make_shared<Generation>();
     g->workers = ctx.workers.get();
     g->drain_here = job.model->info().n_threads >= hardware_threads();

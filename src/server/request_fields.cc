@@ -80,22 +80,42 @@ bool read_logit_bias(const Fields& f, const ServedModel& model, SamplingParams* 
         sp->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
         return true;
     };
+    // llama.cpp's string form: a text that is not a token id biases every token of its
+    // tokenization (no special tokens parsed, no BOS).
+    auto add_text = [&](const std::string& text, const json& bias) {
+        constexpr size_t kMaxTextTokens = 256;
+        const std::vector<int32_t> ids = model.tokenize(text, false, false);
+        if (ids.empty() || ids.size() > kMaxTextTokens) {
+            *err = bad_param(param, "Invalid key in '" + param + "': a text must tokenize to 1.." +
+                                        std::to_string(kMaxTextTokens) + " tokens (this one gives " +
+                                        std::to_string(ids.size()) + ").");
+            return false;
+        }
+        for (int32_t id : ids) {
+            if (!add(id, bias)) return false;
+        }
+        return true;
+    };
     if (v->is_object()) {
         for (const auto& [k, bias] : v->items()) {
             char* end = nullptr;
             const long long id = std::strtoll(k.c_str(), &end, 10);
-            if (k.empty() || *end) {
-                *err = bad_param(param, "Invalid key in '" + param + "': '" + k + "' is not a token id.");
+            if (!k.empty() && !*end) {
+                if (!add(id, bias)) return false;
+            } else if (!add_text(k, bias)) {
                 return false;
             }
-            if (!add(id, bias)) return false;
         }
         return true;
     }
     if (v->is_array()) {
         for (const auto& pair : *v) {
+            if (pair.is_array() && pair.size() == 2 && pair[0].is_string()) {
+                if (!add_text(pair[0].get<std::string>(), pair[1])) return false;
+                continue;
+            }
             if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer()) {
-                *err = bad_param(param, "Invalid '" + param + "': expected [token id, bias] pairs.");
+                *err = bad_param(param, "Invalid '" + param + "': expected [token id or text, bias] pairs.");
                 return false;
             }
             if (!add(pair[0].is_number_unsigned() && pair[0].get<uint64_t>() > INT64_MAX ? -1 : pair[0].get<int64_t>(),

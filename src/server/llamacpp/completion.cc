@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 struct Settings {
     GenerationParams params;
     int n_probs = 0;
+    bool post_sampling_probs = false;  // probabilities after the sampler chain ("prob", "top_probs")
     bool return_tokens = false;
     std::string prompt_text;
     int n_prompt = 0;
@@ -79,7 +80,8 @@ class CompletionSink final : public GenerationSink {
                          {"repeat_penalty", sp.repeat_penalty}, {"repeat_last_n", sp.penalty_last_n},
                          {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
                          {"stop", s_.params.stop},            {"ignore_eos", s_.params.ignore_eos},
-                         {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt}};
+                         {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt},
+                         {"post_sampling_probs", s_.post_sampling_probs}};
         json out = {{"index", 0},
                     {"content", stream_ ? std::string() : content_},
                     {"tokens", stream_ ? json(pending_tokens_) : json(s_.return_tokens ? tokens_ : std::vector<int32_t>{})},
@@ -124,17 +126,20 @@ class CompletionSink final : public GenerationSink {
     }
 
   private:
+    // llama-server's shape: logprobs, or with post_sampling_probs the probabilities themselves
+    // ("prob", "top_probs"); the engine gives log-probabilities either way.
     json prob_entry(const TokenLogprob& lp) const {
+        const bool post = s_.post_sampling_probs;
         auto one = [&](int32_t id, float l) {
             const std::string piece = model_->token_piece(id);
             json bytes = json::array();
             for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
-            return json{{"id", id}, {"token", piece}, {"bytes", bytes}, {"logprob", l}};
+            return json{{"id", id}, {"token", piece}, {"bytes", bytes}, {post ? "prob" : "logprob", post ? std::exp(l) : l}};
         };
         json e = one(lp.token, lp.logprob);
         json top = json::array();
         for (const auto& [id, l] : lp.top) top.push_back(one(id, l));
-        e["top_logprobs"] = top;
+        e[post ? "top_probs" : "top_logprobs"] = top;
         return e;
     }
 
@@ -204,8 +209,10 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     s.n_probs = static_cast<int>(n_probs);
     s.params.top_logprobs = n_probs > 0 ? static_cast<int>(n_probs) : -1;
     if (!f.strings("stop", 16, &s.params.stop, &err)) return fail(err);
-    if (!f.boolean("stream", &job.stream, &err) || !f.boolean("return_tokens", &s.return_tokens, &err))
+    if (!f.boolean("stream", &job.stream, &err) || !f.boolean("return_tokens", &s.return_tokens, &err) ||
+        !f.boolean("post_sampling_probs", &s.post_sampling_probs, &err))
         return fail(err);
+    s.params.post_sampling_probs = s.post_sampling_probs;
     const json* p = f.find("prompt");
     if (!p) return fail(bad_param("prompt", "Missing required parameter: 'prompt'."));
     if (!read_prompt(*p, *job.model, &job.prompt, &s.prompt_text, &err)) return fail(err);
@@ -219,6 +226,11 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
 }
 
 }  // namespace
+
+// /infill's second half: its FIM prompt, as token ids in req.body["prompt"], runs as a /completion.
+void run_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+    route_completion(ctx, req, std::move(res));
+}
 
 void add_completion_route(Router& router, ServerContext& ctx) {
     router.add({.method = "POST",

@@ -1,9 +1,13 @@
 // llama.cpp's utility routes: /tokenize, /detokenize, /apply-template, /props, and the
 // liveness and metrics routes every protocol's users share (/health, /metrics).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "server/context.h"
 #include "server/llamacpp/llamacpp.h"
+#include "server/llamacpp/slots.h"
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/router.h"
@@ -11,6 +15,7 @@
 namespace ferrox {
 
 void add_completion_route(Router& router, ServerContext& ctx);
+void add_infill_route(Router& router, ServerContext& ctx);
 
 namespace {
 
@@ -121,6 +126,83 @@ std::string labelled(const std::string& text, const std::string& model, bool wit
     return out;
 }
 
+// The value of an unlabelled sample `name` in Prometheus text (0 when absent).
+double sample_value(const std::string& text, const std::string& name) {
+    size_t pos = 0;
+    while ((pos = text.find(name + " ", pos)) != std::string::npos) {
+        if (pos == 0 || text[pos - 1] == '\n') return std::strtod(text.c_str() + pos + name.size() + 1, nullptr);
+        pos += name.size();
+    }
+    return 0;
+}
+
+// llama-server's metric names (--metrics-compat llamacpp), summed over the generation models
+// (llama-server serves one, without labels), so its dashboards and alerts read ferrox:
+// counters from the engines' own, prompt and generation time from the slot board, and the
+// gauges over the window since the previous scrape, as llama-server averages them.
+std::string llamacpp_metrics(ServerContext& ctx, const std::vector<ModelLease>& models) {
+    double prompt_tokens = 0, cached = 0, predicted = 0, n_decode = 0, drafted = 0, accepted = 0;
+    double running = 0, waiting = 0, kv_used = 0, kv_total = 0, kv_tokens = 0;
+    for (const auto& m : models) {
+        if (m->kind() != ModelKind::kGenerate) continue;
+        const std::string text = m->prometheus();
+        prompt_tokens += sample_value(text, "ferrox_prompt_tokens_total");
+        cached += sample_value(text, "ferrox_prefix_cache_hit_tokens_total");
+        predicted += sample_value(text, "ferrox_generated_tokens_total");
+        n_decode += sample_value(text, "ferrox_engine_steps_total");
+        drafted += sample_value(text, "ferrox_spec_draft_tokens_total");
+        accepted += sample_value(text, "ferrox_spec_accepted_tokens_total");
+        const ServedModel::Load l = m->load();
+        running += l.n_running;
+        waiting += l.n_waiting;
+        kv_used += l.kv_blocks_used;
+        kv_total += l.kv_blocks_total;
+        kv_tokens += static_cast<double>(l.kv_blocks_used) * m->info().kv_block_size;
+    }
+    SlotBoard::Timing total, window;
+    if (ctx.slots) ctx.slots->timing(&total, &window);
+    const auto rate = [](double n, double s) { return s > 0 ? n / s : 0.0; };
+    // Sequences that produced a token in a step: generated tokens less the accepted drafts
+    // (those came without a step of their own), per step.
+    const double busy_per_decode = std::max(0.0, predicted - accepted) / std::max(1.0, n_decode);
+    struct Item {
+        const char* name;
+        const char* help;
+        double value;
+    };
+    const Item counters[] = {
+        {"prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", prompt_tokens - cached},
+        {"prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", cached},
+        {"prompt_seconds_total", "Total time spent processing prompts", total.prompt_s},
+        {"tokens_predicted_total", "Number of generation tokens processed", predicted},
+        {"tokens_predicted_seconds_total", "Total time spent generating tokens", total.predicted_s},
+        {"n_decode_total", "Total number of llama_decode() calls", n_decode},
+        {"n_tokens_max", "Largest observed sequence length (prompt + generation)", static_cast<double>(total.n_tokens_max)},
+        {"spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", drafted},
+        {"spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model", accepted},
+    };
+    const Item gauges[] = {
+        {"prompt_tokens_seconds", "Average prompt throughput in tokens/s", rate(window.prompt_tokens, window.prompt_s)},
+        {"predicted_tokens_seconds", "Average generation throughput in tokens/s",
+         rate(window.predicted_tokens, window.predicted_s)},
+        {"kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.", kv_total > 0 ? kv_used / kv_total : 0.0},
+        {"kv_cache_tokens", "KV-cache tokens.", kv_tokens},
+        {"requests_processing", "Number of requests processing", running},
+        {"requests_deferred", "Number of requests deferred", waiting},
+        {"n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", busy_per_decode},
+    };
+    std::string out;
+    auto add = [&out](const char* type, const Item& it) {
+        char value[64];
+        std::snprintf(value, sizeof value, "%.17g", it.value);
+        out += std::string("# HELP llamacpp:") + it.name + " " + it.help + "\n# TYPE llamacpp:" + it.name + " " + type +
+               "\nllamacpp:" + it.name + " " + value + "\n";
+    };
+    for (const Item& it : counters) add("counter", it);
+    for (const Item& it : gauges) add("gauge", it);
+    return out;
+}
+
 void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
     const auto models = ctx.models();
     // Families must not be split: gather every model's lines per family, in order.
@@ -146,7 +228,83 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     }
     std::string out;
     for (const auto& f : order) out += families[f];
+    if (ctx.opts.metrics_llamacpp) out += llamacpp_metrics(ctx, models);
     res->send(200, out, "text/plain; version=0.0.4");
+}
+
+// The value of `key` in a raw query string ("" when absent; no percent-decoding: the values
+// /slots takes are plain words).
+std::string query_param(const std::string& query, const std::string& key) {
+    size_t i = 0;
+    while (i <= query.size()) {
+        size_t amp = query.find('&', i);
+        if (amp == std::string::npos) amp = query.size();
+        const std::string kv = query.substr(i, amp - i);
+        const size_t eq = kv.find('=');
+        if (kv.substr(0, eq) == key) return eq == std::string::npos ? "1" : kv.substr(eq + 1);
+        i = amp + 1;
+    }
+    return "";
+}
+
+// llama-server's GET /slots: one entry per parallel slot of the model (?model= names one; the
+// default model otherwise), busy or not, with the sampling settings and progress of the request
+// it runs or ran last. ?fail_on_no_slot=1 answers 503 when every slot is busy.
+void route_slots(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+    auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kLlamaCpp, e); };
+    if (!ctx.opts.slots_endpoint || !ctx.slots) {
+        ApiError e;
+        e.status = 501;
+        e.type = "not_supported_error";
+        e.message = "This server does not support slots endpoint. Start it with `--slots`";
+        return fail(e);
+    }
+    ModelLease m;
+    ApiError err;
+    if (!ctx.acquire(query_param(req.http.query, "model"), &m, &err, ModelUse::kAny)) return fail(err);
+    const ModelInfo& info = m->info();
+    json out = json::array();
+    int n_idle = 0;
+    const auto slots = ctx.slots->snapshot(info.id, std::max(1, info.n_parallel));
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const SlotBoard::Slot& s = slots[i];
+        n_idle += s.busy ? 0 : 1;
+        json e = {{"id", i}, {"n_ctx", info.n_ctx}, {"speculative", !info.draft_model.empty()}, {"is_processing", s.busy}};
+        if (s.used) {
+            const SamplingParams& sp = s.sampling;
+            e["id_task"] = s.id_task;
+            e["n_prompt_tokens"] = s.n_prompt;
+            e["params"] = {{"seed", sp.seed},
+                           {"temperature", echo_float(sp.temperature)},
+                           {"top_k", sp.top_k},
+                           {"top_p", echo_float(sp.top_p)},
+                           {"min_p", echo_float(sp.min_p)},
+                           {"repeat_last_n", sp.penalty_last_n},
+                           {"repeat_penalty", echo_float(sp.repeat_penalty)},
+                           {"presence_penalty", echo_float(sp.presence_penalty)},
+                           {"frequency_penalty", echo_float(sp.frequency_penalty)},
+                           {"max_tokens", s.max_tokens},
+                           {"n_predict", s.max_tokens},
+                           {"ignore_eos", s.ignore_eos},
+                           {"stream", s.stream},
+                           {"n_probs", s.n_probs},
+                           {"stop", s.stop},
+                           {"samplers", {"penalties", "top_k", "top_p", "min_p", "temperature"}}};
+            e["next_token"] = json::array({{{"has_next_token", s.busy},
+                                            {"has_new_line", s.has_new_line},
+                                            {"n_remain", s.max_tokens < 0 ? -1 : std::max(0, s.max_tokens - s.n_decoded)},
+                                            {"n_decoded", s.n_decoded}}});
+        }
+        out.push_back(std::move(e));
+    }
+    if (!query_param(req.http.query, "fail_on_no_slot").empty() && n_idle == 0) {
+        ApiError e;
+        e.status = 503;
+        e.type = "unavailable_error";
+        e.message = "no slot available";
+        return fail(e);
+    }
+    res->send(200, dump(out));
 }
 
 // /health: llama-server's (200 once a model can answer, 503 before); /health/ready: the same
@@ -169,7 +327,9 @@ void route_health(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
 }  // namespace
 
 void add_llamacpp_routes(Router& router, ServerContext& ctx) {
+    ctx.slots = std::make_shared<SlotBoard>();
     add_completion_route(router, ctx);
+    add_infill_route(router, ctx);
     auto bind = [&ctx](void (*fn)(ServerContext&, RouteRequest&, std::shared_ptr<HttpResponder>)) {
         return [&ctx, fn](RouteRequest& req, std::shared_ptr<HttpResponder> res) { fn(ctx, req, std::move(res)); };
     };
@@ -178,6 +338,7 @@ void add_llamacpp_routes(Router& router, ServerContext& ctx) {
     router.add({.method = "POST", .path = "/apply-template", .protocol = Protocol::kLlamaCpp, .fn = bind(route_apply_template), .json_body = true});
     router.add({.method = "GET", .path = "/props", .protocol = Protocol::kLlamaCpp, .fn = bind(route_props)});
     router.add({.method = "GET", .path = "/metrics", .protocol = Protocol::kLlamaCpp, .fn = bind(route_metrics)});
+    router.add({.method = "GET", .path = "/slots", .protocol = Protocol::kLlamaCpp, .fn = bind(route_slots)});
     for (const char* path : {"/health", "/health/ready"}) {
         router.add({.method = "GET", .path = path, .protocol = Protocol::kLlamaCpp, .fn = bind(route_health),
                     .needs_auth = false, .needs_ready = false});
