@@ -21,6 +21,59 @@ TEST(Sampler, GreedyIsArgmax) {
     EXPECT_EQ(s.sample(l, {}), 1);
 }
 
+// llama-server's post_sampling_probs: the distribution after top-k / top-p / min-p and the
+// temperature, computed by hand for four logits.
+TEST(Sampler, ChainProbsAreTheFilteredDistribution) {
+    SamplingParams p;
+    p.temperature = 0.5f;
+    p.top_k = 3;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    Sampler s(p, 4);
+    auto l = logits_of({1.0f, 3.0f, 2.0f, 0.5f});
+    const int32_t tok = s.sample(l, {});
+    std::vector<std::pair<int32_t, float>> out;
+    s.chain_probs(8, &out);
+    // top-k 3 keeps ids 1, 2, 0; at temperature 0.5 their weights are e^(2*(l - 3)).
+    const double w1 = 1, w2 = std::exp(-2.0), w0 = std::exp(-4.0), z = w1 + w2 + w0;
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_EQ(out[0].first, 1);
+    EXPECT_EQ(out[1].first, 2);
+    EXPECT_EQ(out[2].first, 0);
+    EXPECT_NEAR(out[0].second, w1 / z, 1e-6);
+    EXPECT_NEAR(out[1].second, w2 / z, 1e-6);
+    EXPECT_NEAR(out[2].second, w0 / z, 1e-6);
+    for (const auto& [id, pr] : out) {
+        if (id == tok) {
+            EXPECT_NEAR(pr, s.last_prob(), 1e-6);
+        }
+    }
+    s.chain_probs(1, &out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].first, 1);
+
+    // Without top-k: every finite token is a candidate (the weights path).
+    p.top_k = 0;
+    Sampler all(p, 4);
+    auto l2 = logits_of({1.0f, 3.0f, 2.0f, -std::numeric_limits<float>::infinity()});
+    all.sample(l2, {});
+    all.chain_probs(8, &out);
+    ASSERT_EQ(out.size(), 3u);  // the banned token has probability 0 and is left out
+    double sum = 0;
+    for (const auto& [id, pr] : out) sum += pr;
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+
+    // Greedy: the chosen token at 1.
+    p.temperature = 0;
+    Sampler g(p, 4);
+    auto l3 = logits_of({1.0f, 3.0f, 2.0f, 0.5f});
+    EXPECT_EQ(g.sample(l3, {}), 1);
+    g.chain_probs(5, &out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].first, 1);
+    EXPECT_EQ(out[0].second, 1.0f);
+}
+
 TEST(Sampler, TopKOneIsGreedy) {
     SamplingParams p;
     p.temperature = 1.5f;
