@@ -2,6 +2,7 @@
 // prints token ids. Errors are one line on stderr and a non-zero exit.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -303,6 +304,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--no-prefix-cache"}, false, "do not share KV blocks between requests"},
     {{"--cache-dir"}, true, "keep the prompt cache on disk in this directory too: prefixes evicted from the pool or computed before a restart are read back, not recomputed"},
     {{"--cache-disk"}, true, "most MiB the prompt cache takes in --cache-dir, least recently used first (default 8192)"},
+    {{"--cache-ram", "-cram"}, true, "most MiB of host memory that keeps KV blocks the pool evicts, read back instead of recomputed (default 8192, at most a quarter of memory; -1: half of memory; 0: off)"},
     {{}, false, "speculative decoding"},
     {{"--spec-ngram"}, true,
      "speculative decoding by prompt lookup: match the last N tokens (down to 2) earlier in the context "
@@ -501,10 +503,11 @@ int cmd_serve(int argc, char** argv) {
     auto max_queue = args->get_int("--max-queue", 64);
     auto kv_budget = args->get_int("--kv-budget", 0);
     auto cache_disk = args->get_int("--cache-disk", 8192);
+    auto cache_ram = args->get_int("--cache-ram", -2);
     auto spec_ngram = args->get_int("--spec-ngram", EngineOptions{}.spec_ngram);
     auto draft_max = args->get_int("--draft-max", EngineOptions{}.draft_max);
     for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_ubatch, &n_predict, &max_queue, &kv_budget,
-                          &spec_ngram, &draft_max, &cache_disk}) {
+                          &spec_ngram, &draft_max, &cache_disk, &cache_ram}) {
         if (!e->has_value()) return fail(e->status());
     }
     if (*spec_ngram < 0 || *spec_ngram > 64 || *draft_max < 0 || *draft_max > 64) {
@@ -512,6 +515,7 @@ int cmd_serve(int argc, char** argv) {
     }
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
     if (*cache_disk < 1) return fail(invalid_argument("--cache-disk must be >= 1 (MiB)"));
+    if (*cache_ram < -1 && args->has("--cache-ram")) return fail(invalid_argument("--cache-ram must be >= -1 (MiB; -1: half of memory, 0: off)"));
     if (args->has("--cache-dir") && args->get("--cache-dir")->empty()) return fail(invalid_argument("--cache-dir needs a directory"));
     if (*n_ctx < 16 || *n_par < 1 || *n_threads < 0 || *n_batch < 2 || *max_queue < 0 || *kv_budget < 0) {
         return fail(invalid_argument("-c must be >= 16, -np >= 1, -b >= 2, -t, --max-queue and --kv-budget >= 0"));
@@ -629,6 +633,10 @@ int cmd_serve(int argc, char** argv) {
     eo.prefix_cache = !args->has("--no-prefix-cache");
     eo.cache_dir = args->get("--cache-dir").value_or("");
     eo.cache_disk_mib = *cache_disk;
+    {
+        const int64_t mem_mib = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
+        eo.cache_ram_mib = *cache_ram == -2 ? std::min<int64_t>(8192, mem_mib / 4) : *cache_ram == -1 ? mem_mib / 2 : *cache_ram;
+    }
     eo.max_batch_tokens = *n_batch;
     eo.max_queue = *max_queue;
     eo.spec_ngram = *spec_ngram;

@@ -72,6 +72,8 @@ struct ServerContext {
     // llama-server's /slots view of the generating requests (llamacpp/slots.h); set by the
     // llama.cpp routes, null without them.
     std::shared_ptr<SlotBoard> slots;
+    // Why turns re-read more than their new tokens (cache_audit.h): the access log and /metrics.
+    PromptCacheAudit cache_audit;
 
     // The model a request names ("" : the first of the kind `use` needs), once per request;
     // false with a 404 model_not_found (or a 503 while it loads) in *err, or a 400

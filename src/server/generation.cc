@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <mutex>
 
@@ -35,6 +36,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
     bool drain_here = false;
     GenerationJob job;
     std::shared_ptr<AccessRecord> record;
+    PromptCacheAudit* audit = nullptr;
     std::chrono::steady_clock::time_point t_start = std::chrono::steady_clock::now();
     bool first_token = true;
     std::shared_ptr<HttpResponder> res;
@@ -53,6 +55,33 @@ struct Generation : std::enable_shared_from_this<Generation> {
     int n_done = 0;
     bool failed = false;
     ApiError error;
+
+    // Before the answer goes out, so the client's next turn is judged against this one.
+    CacheMiss audit_turn() {
+        const ModelInfo& info = job.model->info();
+        PromptCacheAudit::Turn t;
+        t.model = info.id + "#" + std::to_string(info.generation);
+        if (record) {
+            std::lock_guard<std::mutex> lk(record->mu);
+            t.key = record->cache_key;
+        }
+        t.prompt = &job.prompt;
+        t.fingerprint = job.fingerprint;
+        t.n_cached = usage.n_cached;
+        t.block_size = info.kv_block_size;
+        t.cache_prompt = job.params.cache_prompt && info.prefix_cache;
+        t.is_clock_token = [](const void* m, int32_t id) {
+            const std::string piece = static_cast<const ServedModel*>(m)->token_piece(id);
+            bool digit = false;
+            for (char c : piece) {
+                if (c >= '0' && c <= '9') digit = true;
+                else if (!std::strchr(" :-/.TZ", c)) return false;
+            }
+            return digit;
+        };
+        t.clock_ctx = &*job.model;
+        return audit->record(t);
+    }
 
     void cancel_all() {
         std::lock_guard<std::mutex> lk(mu);
@@ -156,11 +185,14 @@ struct Generation : std::enable_shared_from_this<Generation> {
         end.n_completion = ev.n_completion;
         sink->choice_end(*res, i, end);
         if (n_done < static_cast<int>(choices.size())) return;
+        CacheMiss miss;
+        if (audit && !failed) miss = audit_turn();
         if (record) {
             std::lock_guard<std::mutex> lk(record->mu);
             record->n_prompt = usage.n_prompt;
             record->n_cached = usage.n_cached;
             record->n_generated = usage.n_completion;
+            record->cache_miss = std::move(miss);
         }
         if (res->client_gone()) return;
         if (failed) {
@@ -170,6 +202,24 @@ struct Generation : std::enable_shared_from_this<Generation> {
         }
     }
 };
+
+// The client's name for the conversation, which the cache audit follows turn to turn: a
+// session header (Claude Code's, Codex's), else the body's cache key or user.
+std::string conversation_key(const RouteRequest& req) {
+    for (const char* h : {"x-claude-code-session-id", "session_id", "x-session-id"}) {
+        if (const std::string* v = req.http.header(h); v && !v->empty()) return v->substr(0, 256);
+    }
+    if (!req.body.is_object()) return "";
+    for (const char* k : {"prompt_cache_key", "user", "safety_identifier"}) {
+        if (const auto it = req.body.find(k); it != req.body.end() && it->is_string() && !it->get<std::string>().empty()) {
+            return it->get<std::string>().substr(0, 256);
+        }
+    }
+    if (const auto md = req.body.find("metadata"); md != req.body.end() && md->is_object()) {
+        if (const auto u = md->find("user_id"); u != md->end() && u->is_string()) return u->get<std::string>().substr(0, 256);
+    }
+    return "";
+}
 
 }  // namespace
 
@@ -193,12 +243,14 @@ void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
         req.record->model = job.model->info().id;
         req.record->n_prompt = static_cast<int>(job.prompt.size());
         if (o.log_prompts) req.record->prompt = job.model->detokenize(job.prompt);
+        if (req.record->cache_key.empty()) req.record->cache_key = conversation_key(req);
     }
     if (ctx.slots) sink = ctx.slots->track(job, std::move(sink));  // GET /slots sees it
     auto g = std::make_shared<Generation>();
     g->workers = ctx.workers.get();
     g->drain_here = job.model->info().n_threads >= hardware_threads();
     g->record = req.record;
+    g->audit = &ctx.cache_audit;
     g->res = std::move(res);
     g->sink = std::move(sink);
     g->choices.resize(job.n);

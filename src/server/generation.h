@@ -20,6 +20,7 @@
 #include "engine/request.h"
 #include "engine/served_model.h"
 #include "server/api_error.h"
+#include "server/cache_audit.h"
 #include "server/http.h"
 
 namespace ferrox {
@@ -70,6 +71,9 @@ struct GenerationJob {
     // How answers are parsed; nullopt: plain text (legacy completions, /completion).
     std::optional<OutputFormat> output;
     std::string prompt_param = "messages";  // the field a too-long prompt is blamed on
+    // What of the conversation decides the prompt's beginning (cache_audit.h): tells a changed
+    // system prompt or tool list from other cache misses. Zero for raw prompts.
+    PromptFingerprint fingerprint;
 };
 
 // Applies the server's limits (prompt tokens, max_tokens cap, wall-clock timeout), submits,

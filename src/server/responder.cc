@@ -99,6 +99,9 @@ void ObservedResponder::finish() {
         line["generated_tokens"] = record_->n_generated;
         line["ttft_ms"] = record_->ttft_ms >= 0 ? json(record_->ttft_ms) : json(nullptr);
         if (!record_->cache_key.empty()) line["cache_key"] = record_->cache_key;
+        if (const CacheMiss& m = record_->cache_miss; !m.reason.empty()) {
+            line["cache_miss"] = {{"reason", m.reason}, {"at", m.at}, {"missed", m.missed}};
+        }
         if (!record_->prompt.empty()) line["prompt"] = record_->prompt;
     }
     line["total_ms"] = ms;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "server/cache_audit.h"
 #include "server/http.h"
 
 namespace ferrox {
@@ -24,6 +25,7 @@ struct AccessRecord {
     double ttft_ms = -1;
     std::string prompt;  // only with --log-prompts
     std::string cache_key;  // the client's cache/routing hint (Responses `prompt_cache_key`)
+    CacheMiss cache_miss;   // why the turn re-read more than its new tokens (cache_audit.h)
 };
 
 // One JSON line per request to a file (or stderr); thread-safe.

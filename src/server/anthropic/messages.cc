@@ -526,6 +526,7 @@ void route_messages(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpR
     job.params.render_special = prompt->special_markup;
     job.output = prompt->output;
     job.stream = p.stream;
+    job.fingerprint = fingerprint_of(p.conv);
     // Output constraints: a forced tool call (tool_choice any / tool) wins over output_format.
     if (!read_anthropic_constraint(Fields{req.body, ""}, &job.params.grammar, &err) ||
         !forced_tool_call_constraint(p.conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {

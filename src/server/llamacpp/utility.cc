@@ -228,6 +228,7 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     }
     std::string out;
     for (const auto& f : order) out += families[f];
+    out += ctx.cache_audit.prometheus();  // server-wide: by reason, no model label
     if (ctx.opts.metrics_llamacpp) out += llamacpp_metrics(ctx, models);
     res->send(200, out, "text/plain; version=0.0.4");
 }

@@ -485,6 +485,7 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
     job.output = prompt->output;
     job.params.render_special = prompt->special_markup;
     job.prompt_param = "messages";
+    job.fingerprint = fingerprint_of(conv);
     // Output constraints: a forced tool call wins over response_format.
     if (!read_openai_constraint(f, &job.params.grammar, &err) ||
         !forced_tool_call_constraint(conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {
