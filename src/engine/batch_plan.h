@@ -28,16 +28,18 @@ struct BatchPlan {
     int n_tokens() const { return static_cast<int>(batch.tokens.size()); }
     int n_rows() const {
         int n = 0;
-        for (const BatchSeq& b : batch.seqs) n += b.want_logits ? 1 : 0;
+        for (const BatchSeq& b : batch.seqs) n += b.n_rows();
         return n;
     }
     // Appends `n` tokens of s at positions n_past.. over its KV blocks.
-    void add(Sequence& s, const int32_t* toks, int n, int n_past, bool want_logits) {
+    // all_logits: a logits row for each of the n tokens (a prompt's logprobs).
+    void add(Sequence& s, const int32_t* toks, int n, int n_past, bool want_logits, bool all_logits = false) {
         BatchSeq b;
         b.i_begin = static_cast<int>(batch.tokens.size());
         b.n_tokens = n;
         b.n_past = n_past;
-        b.want_logits = want_logits;
+        b.want_logits = want_logits || all_logits;
+        b.all_logits = all_logits;
         batch.tokens.insert(batch.tokens.end(), toks, toks + n);
         batch.seqs.push_back(b);
         owner.push_back(&s);

@@ -52,8 +52,12 @@ Status EngineCore::init(std::shared_ptr<LoadedModel> draft) {
         std::max(opts_.max_batch_tokens, opts_.n_parallel + 1));
     logits_.resize(static_cast<size_t>(rows) * m.n_vocab());
     metrics_.kv_total.store(static_cast<int>(n_blocks));
+    // Prompt logprobs take a row per prompt token: up to 64 MiB of rows a step (341 for a vocabulary
+    // of 49152, 64 for 262144), allocated by the first step that needs them (step()).
+    const int prompt_rows = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / (int64_t{4} * m.n_vocab()), 16,
+                                                                 std::max(2, opts_.max_batch_tokens)));
     scheduler_ = std::make_unique<Scheduler>(
-        SchedulerConfig{opts_.n_parallel, opts_.max_batch_tokens, opts_.prefix_cache}, *blocks_, metrics_);
+        SchedulerConfig{opts_.n_parallel, opts_.max_batch_tokens, opts_.prefix_cache, prompt_rows}, *blocks_, metrics_);
     tiers_ = std::make_unique<PrefixTiers>();
     if (opts_.cache_ram_mib > 0 && opts_.prefix_cache) {
         ram_cache_ = std::make_unique<KvRamCache>(*storage_, opts_.cache_ram_mib << 20);
@@ -99,6 +103,9 @@ const BlockManager* EngineCore::draft_blocks() const { return draft_ ? &draft_->
 Expected<std::unique_ptr<Sequence>> EngineCore::make_sequence(std::vector<int32_t> prompt, GenerationParams params,
                                                               EventSink sink) {
     if (prompt.empty()) return invalid_argument("the prompt is empty");
+    if (params.prompt_logprobs >= 0 && !model_->forward_model().all_logits()) {
+        return Status(StatusCode::kUnimplemented, "this model's backend does not compute prompt logprobs");
+    }
     const int n_prompt = static_cast<int>(prompt.size());
     const int want = params.max_tokens > 0 ? params.max_tokens : 1;
     if (static_cast<int64_t>(n_prompt) + want > ceiling_) {
@@ -163,6 +170,10 @@ bool EngineCore::step() {
         if (!s->sampler) post_->prepare(*s);
     }
     if (spec_) spec_->propose(plan_, static_cast<int>(scheduler_->running().size()));
+    // Rows beyond those sized at start-up are prompt logprobs' (Scheduler::max_prompt_rows):
+    // the buffer grows once, at the first such step.
+    const size_t n_logits = static_cast<size_t>(plan_.n_rows()) * static_cast<size_t>(model_->forward_model().n_vocab());
+    if (logits_.size() < n_logits) logits_.resize(n_logits);
     post_->launch_masks(plan_);
     const Status st = forward();
     post_->process(plan_, st, logits_, spec_.get(), *scheduler_);

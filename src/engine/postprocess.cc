@@ -109,10 +109,12 @@ void Postprocessor::sample_first_tokens(const BatchPlan& plan, std::span<float> 
     pre_rows_.clear();
     int r = 0;
     for (int i = 0; i < plan.n_main; ++i) {
-        if (!plan.batch.seqs[static_cast<size_t>(i)].want_logits) continue;
+        const BatchSeq& b = plan.batch.seqs[static_cast<size_t>(i)];
+        if (!b.want_logits) continue;
+        r += b.n_rows();
         const Sequence& s = *plan.owner[static_cast<size_t>(i)];
-        if (!s.done && s.params.max_tokens != 0 && !s.matcher) pre_rows_.push_back({i, r});
-        ++r;
+        if (b.all_logits && b.n_past + b.n_tokens < s.n_fill()) continue;  // a prompt chunk before the last
+        if (!s.done && s.params.max_tokens != 0 && !s.matcher) pre_rows_.push_back({i, r - 1});
     }
     if (pre_rows_.size() < 2) return;
     model_.parallel_for(static_cast<int>(pre_rows_.size()), [&](int k) {
@@ -137,13 +139,19 @@ void Postprocessor::process(BatchPlan& plan, const Status& st, std::span<float> 
         }
         s.n_in_kv += b.n_tokens;
         scheduler.publish_blocks(s);
-        if (!b.want_logits) {
-            EngineEvent ev;
-            ev.kind = EngineEvent::Kind::kProgress;
-            s.sink(std::move(ev));
+        if (b.all_logits && !s.done) {
+            emit_prompt_logprobs(s, b, logits.data() + static_cast<size_t>(row) * n_vocab_);
+        }
+        row += b.n_rows();
+        if (!b.want_logits || (b.all_logits && s.prefilling())) {
+            if (!b.all_logits) {
+                EngineEvent ev;
+                ev.kind = EngineEvent::Kind::kProgress;
+                s.sink(std::move(ev));
+            }
             continue;
         }
-        float* lg = logits.data() + static_cast<size_t>(row++) * n_vocab_;
+        float* lg = logits.data() + static_cast<size_t>(row - 1) * n_vocab_;
         if (s.done) continue;
         if (s.params.max_tokens == 0) {  // only fill the cache (llama.cpp's n_predict 0)
             finish(s, FinishReason::kLength);
@@ -193,17 +201,21 @@ void Postprocessor::accept_drafts(Sequence& s, int32_t tok, std::span<float> log
 // double exps over the vocabulary cost ~0.5 ms a token, on the engine thread); NaN and
 // infinite logits weigh nothing in it.
 TokenLogprob Postprocessor::logprob(const Sequence& s, int32_t token, const float* logits) {
-    if (s.params.post_sampling_probs && s.sampler) {
-        // The sampler's last draw was this token's (next_token emits right after it).
-        TokenLogprob lp;
-        lp.token = token;
-        lp.logprob = std::log(s.sampler->last_prob());
-        std::vector<std::pair<int32_t, float>> top;
-        s.sampler->chain_probs(std::min(s.params.top_logprobs, n_vocab_), &top);
-        for (const auto& [id, p] : top) lp.top.emplace_back(id, std::log(p));
-        return lp;
+    if (!(s.params.post_sampling_probs && s.sampler)) {
+        return logprob_at(token, logits, s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f,
+                          s.params.top_logprobs);
     }
-    const float temp = s.params.sampling.temperature > 0 ? s.params.sampling.temperature : 1.0f;
+    // The sampler's last draw was this token's (next_token emits right after it).
+    TokenLogprob lp;
+    lp.token = token;
+    lp.logprob = std::log(s.sampler->last_prob());
+    std::vector<std::pair<int32_t, float>> top;
+    s.sampler->chain_probs(std::min(s.params.top_logprobs, n_vocab_), &top);
+    for (const auto& [id, p] : top) lp.top.emplace_back(id, std::log(p));
+    return lp;
+}
+
+TokenLogprob Postprocessor::logprob_at(int32_t token, const float* logits, float temp, int top_k) {
     const float mx = max_finite(logits, n_vocab_);
     lp_weights_.resize(static_cast<size_t>(n_vocab_));
     const double z = exp_shifted(logits, mx, 1.0f / temp, lp_weights_.data(), n_vocab_);
@@ -211,7 +223,7 @@ TokenLogprob Postprocessor::logprob(const Sequence& s, int32_t token, const floa
     TokenLogprob lp;
     lp.token = token;
     lp.logprob = logits[token] / temp - log_z;
-    const int k = std::min(s.params.top_logprobs, n_vocab_);
+    const int k = std::min(top_k, n_vocab_);
     if (k <= 0) return lp;
     // The k largest logits (ties to the lower id): only those at or above a floor that at least
     // k logits reach (sampler.h) are compared, not the whole vocabulary.
@@ -229,6 +241,23 @@ TokenLogprob Postprocessor::logprob(const Sequence& s, int32_t token, const floa
     best.resize(kk);
     for (const auto& [l, i] : best) lp.top.emplace_back(i, l / temp - log_z);
     return lp;
+}
+
+// The logprobs of the prompt tokens that the rows of an all_logits entry predict (row j, at
+// position n_past + j, predicts the token after it), those not sent before (a preempted request
+// recomputes its prompt), under the raw distribution: as llama.cpp's logits and vLLM's prompt
+// logprobs, whatever the request's sampling.
+void Postprocessor::emit_prompt_logprobs(Sequence& s, const BatchSeq& b, const float* rows) {
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kPromptLogprobs;
+    for (int j = 0; j < b.n_tokens; ++j) {
+        const int at = b.n_past + j + 1;  // the prompt index this row predicts
+        if (at < s.n_prompt_lp || at >= s.n_prompt) continue;
+        ev.logprobs.push_back(logprob_at(s.tokens[static_cast<size_t>(at)], rows + static_cast<size_t>(j) * n_vocab_,
+                                         1.0f, s.params.prompt_logprobs));
+        s.n_prompt_lp = at + 1;
+    }
+    s.sink(std::move(ev));  // (also the chunk's progress)
 }
 
 // Emits the token drawn from `logits` (the sequence's row) and decides whether the sequence ends.

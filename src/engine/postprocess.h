@@ -66,6 +66,10 @@ private:
     void accept_drafts(Sequence& s, int32_t tok, std::span<float> logits, Speculation* spec);
     void emit_token(Sequence& s, int32_t token, const float* logits);
     TokenLogprob logprob(const Sequence& s, int32_t token, const float* logits);
+    // token's log-probability in softmax(logits / temp) and the top_k best (top_k <= 0: none).
+    TokenLogprob logprob_at(int32_t token, const float* logits, float temp, int top_k);
+    // kPromptLogprobs for the prompt tokens that an all_logits entry's rows predict.
+    void emit_prompt_logprobs(Sequence& s, const BatchSeq& b, const float* rows);
     std::shared_ptr<grammar::GrammarRuntime> grammar_runtime(const std::shared_ptr<const grammar::Grammar>& g,
                                                              bool special);
 

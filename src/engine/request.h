@@ -23,6 +23,11 @@ struct GenerationParams {
     std::vector<std::string> stop;   // stop strings (never part of the output)
     bool ignore_eos = false;
     int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives
+    // -1: none; 0..20: the log-probability of every prompt token after the first under the
+    // model's raw distribution (temperature 1, no bias or penalty), plus that many alternatives,
+    // in kPromptLogprobs events before the first token (echo, vLLM's prompt_logprobs). Such a
+    // request computes its whole prompt: it takes nothing from the prefix cache.
+    int prompt_logprobs = -1;
     // The logprobs are those of the distribution after the sampler chain (top-k, top-p, min-p,
     // temperature), as llama-server's post_sampling_probs reports them: only the candidates
     // left, summing to 1; greedy gives the chosen token log 1 = 0.
@@ -63,12 +68,16 @@ struct EngineEvent {
     enum class Kind {
         kText,      // new visible text (possibly empty) and the tokens behind it
         kProgress,  // a prefill chunk was processed (lets streams send keep-alives)
+        // With GenerationParams::prompt_logprobs: `logprobs` of the next prompt tokens, in
+        // order. The events of a request carry tokens 1 .. n_prompt-1 of its prompt, once
+        // each, before its first kText (token 0 has none).
+        kPromptLogprobs,
         kDone,      // the last event of a request
     };
     Kind kind = Kind::kText;
     std::string text;
     int32_t token = -1;                  // kText: the token this event is for
-    std::vector<TokenLogprob> logprobs;  // kText with logprobs requested
+    std::vector<TokenLogprob> logprobs;  // kText with logprobs requested; kPromptLogprobs
     // kDone:
     FinishReason finish = FinishReason::kStop;
     Status error;  // when finish == kError

@@ -61,7 +61,7 @@ std::vector<Scheduler::Ended> Scheduler::take_ended(std::chrono::steady_clock::t
 
 std::vector<int32_t> Scheduler::match(Sequence& s) {
     std::vector<int32_t> matched;
-    if (!caching(s)) return matched;
+    if (!caching(s) || s.wants_prompt_logits()) return matched;
     const int bs = blocks_.block_size();
     const int n_fill = s.n_fill();
     // What is left of the prompt to compute must be none or two tokens or more, so the
@@ -208,20 +208,23 @@ bool Scheduler::schedule(BatchPlan* plan) {
         update_gauges();
     }
     int budget = cfg_.max_batch_tokens;
+    int prompt_rows = cfg_.max_prompt_rows;
     for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) plan->n_decode = static_cast<int>(plan->batch.seqs.size());
         for (auto& sp : running_) {
             Sequence& s = *sp;
             if (s.prefilling() != (pass == 1) || budget <= 0) continue;
             int n = 1;
-            if (pass == 1 && s.n_in_kv < s.n_prompt) n = chunk_size(s, budget);
+            const bool all_logits = pass == 1 && s.n_in_kv < s.n_prompt && s.wants_prompt_logits();
+            if (pass == 1 && s.n_in_kv < s.n_prompt) n = chunk_size(s, all_logits ? std::min(budget, prompt_rows) : budget);
             if (n == 0) continue;
+            if (all_logits) prompt_rows -= n;
             // (A preempted sequence replays its generated tokens one per step, as they were
             // first computed, so its KV and its next tokens are bit for bit what they would
             // have been without the preemption; it has its next token already.)
             CHECK(s.kv->capacity() >= s.n_in_kv + n);
             const bool want_logits = pass == 0 || (s.n_in_kv + n == s.n_fill() && s.n_generated == 0);
-            plan->add(s, s.tokens.data() + s.n_in_kv, n, s.n_in_kv, want_logits);
+            plan->add(s, s.tokens.data() + s.n_in_kv, n, s.n_in_kv, want_logits, all_logits);
             budget -= n;
         }
     }

@@ -13,6 +13,10 @@
 // replays the generated tokens one per step, so a preempted sequence continues exactly as it
 // would have.
 //
+// Prompt logprobs (GenerationParams::prompt_logprobs): the request's prompt chunks ask for a
+// logits row per token (BatchSeq::all_logits), at most max_prompt_rows a step over all such
+// chunks, and it takes no prefix-cache match (cached positions have no logits).
+//
 // Prefix cache: a match always leaves at least two prompt tokens to compute, and prompt chunks
 // are never a single token, so the first token's logits come from a chunk of two or more
 // tokens, whose attention sums in the same order as a cold prefill: greedy output is the same
@@ -37,6 +41,9 @@ struct SchedulerConfig {
     int n_parallel = 4;          // sequences running at once
     int max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks + drafts)
     bool prefix_cache = true;
+    // Logits rows per step for the prompt chunks of requests that want their prompt's logprobs
+    // (a row per token): such chunks are cut to fit (EngineCore sizes its logits buffer for it).
+    int max_prompt_rows = 64;
 };
 
 class Scheduler {

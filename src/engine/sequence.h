@@ -85,6 +85,7 @@ struct Sequence {
 
     // Postprocessor: sampling, text and the end.
     int n_generated = 0;
+    int n_prompt_lp = 1;          // prompt tokens whose logprob was sent (prompt_logprobs)
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<grammar::Matcher> matcher;  // with a grammar
     std::unique_ptr<TextStream> text;
@@ -102,6 +103,8 @@ struct Sequence {
     int n_fill() const { return n_generated > 0 ? static_cast<int>(tokens.size()) - 1 : n_prompt; }
     bool prefilling() const { return n_in_kv < n_fill(); }
     bool caching(bool prefix_cache) const { return prefix_cache && params.cache_prompt; }
+    // Its prompt chunks need a logits row per token: prompt logprobs not all sent yet.
+    bool wants_prompt_logits() const { return params.prompt_logprobs >= 0 && n_generated == 0 && n_prompt_lp < n_prompt; }
 };
 
 }  // namespace ferrox

@@ -24,6 +24,10 @@ struct BatchSeq {
     const int32_t* block_table = nullptr;
     int n_blocks = 0;
     bool want_logits = true;  // logits of the last token
+    // With want_logits: logits of every token of the entry, in order (n_tokens rows; a prompt's
+    // logprobs). Only for models whose all_logits() is true.
+    bool all_logits = false;
+    int n_rows() const { return want_logits ? (all_logits ? n_tokens : 1) : 0; }
 };
 
 struct Batch {
@@ -55,8 +59,12 @@ public:
     virtual std::unique_ptr<KvStorage> make_kv_storage(KvGeometry geo, int n_blocks) const {
         return std::make_unique<KvStorage>(geo, n_blocks);
     }
-    // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
-    // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.
+    // Whether forward() honours BatchSeq::all_logits (the engine refuses prompt logprobs
+    // otherwise).
+    virtual bool all_logits() const { return false; }
+    // Runs the batch; writes n_vocab logits per sequence with want_logits (n_tokens rows for
+    // one with all_logits), in order, to `logits` (size >= the rows * n_vocab). KV rows of the
+    // new positions are written.
     virtual Status forward(const Batch& batch, KvStorage& kv, std::span<float> logits) = 0;
     // Runs fn(i) for i in [0, n), on the forward pass's threads where the model has them (the
     // caller's thread takes part; no forward may run meanwhile). Work between forward passes

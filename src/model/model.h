@@ -76,6 +76,7 @@ public:
         return {w_.hp.n_layer, w_.hp.kv_dim(), block_size, type};
     }
     Status check_kv_type(KvType type) const override;
+    bool all_logits() const override { return true; }
 
     // Runs the batch; writes n_vocab logits per sequence with want_logits, in order, to
     // `logits` (size >= that count * n_vocab). KV rows of the new positions are written.

@@ -250,7 +250,7 @@ Status Model::prepare_batch(const Batch& batch, const KvStorage& kv, std::span<f
             s.run_at[sq.i_begin + j] = j;
             s.run_len[sq.i_begin + j] = sq.n_tokens;
         }
-        n_out += sq.want_logits ? 1 : 0;
+        n_out += sq.n_rows();
     }
     if (logits.size() < static_cast<size_t>(n_out) * hp.n_vocab) {
         return invalid_argument("logits buffer too small");
@@ -335,11 +335,11 @@ void Model::output_logits(const Batch& batch, std::span<float> logits) {
     const int E = hp.n_embd;
     int n_rows = 0;
     for (const BatchSeq& sq : batch.seqs) {
-        if (!sq.want_logits) continue;
-        const int t = sq.i_begin + sq.n_tokens - 1;
-        rms_norm(s.x.data() + static_cast<size_t>(t) * E, w_.output_norm.data(),
-                 s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
-        ++n_rows;
+        for (int t = sq.i_begin + sq.n_tokens - sq.n_rows(); t < sq.i_begin + sq.n_tokens; ++t) {
+            rms_norm(s.x.data() + static_cast<size_t>(t) * E, w_.output_norm.data(),
+                     s.xn.data() + static_cast<size_t>(n_rows) * E, E, hp.rms_eps);
+            ++n_rows;
+        }
     }
     if (n_rows == 0) return;
     const MatJob out[] = {{w_.output, s.xn.data(), logits.data()}};
