@@ -8,7 +8,13 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libxxhash-dev libboost-dev libsimde-dev
   python3 python3-pip unzip
+  # The web page's libraries, embedded into the binary at build time (webui/, issue 48).
+  libjs-marked libjs-highlight.js libjs-katex node-dompurify
 )
+# `make test` only: the browser the web page's tests drive (tests/e2e/test_webui.py).
+if [ "${1:-}" = "--test" ]; then
+  APT_PACKAGES+=(chromium chromium-driver)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -25,7 +31,7 @@ fi
 
 # Python packages for the tests (real clients, reference implementations): only with --test
 # (`make test`); building and serving need none of them.
-if [ "${1:-}" = "--test" ] && ! python3 -c "import openai, anthropic, pytest, httpx, gguf, jsonschema" 2>/dev/null; then
+if [ "${1:-}" = "--test" ] && ! python3 -c "import openai, anthropic, pytest, httpx, gguf, jsonschema, selenium" 2>/dev/null; then
   echo "setup: installing Python test packages"
   req="$(dirname "$0")/requirements-test.txt"
   # A Debian system Python refuses pip installs (PEP 668) unless told it may.

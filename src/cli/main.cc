@@ -282,6 +282,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--metrics-compat"}, true, "llamacpp: /metrics also carries llama-server's llamacpp:* metrics (its dashboards work unchanged)"},
     {{"--slots"}, false, "llama-server: GET /slots lists the parallel slots (the default)"},
     {{"--no-slots"}, false, "llama-server: GET /slots answers 501, as llama-server's"},
+    {{"--no-webui"}, false, "no chat page at / and no dashboard at /dashboard (404)"},
     {{"--test-script"}, true, "for tests: replay scripted answers from a JSON file [{\"when\": TEXT, \"reply\": TEXT}, ...] instead of running the model"},
     {{"-h", "--help"}, false, "this help"},
     {{}, false, "model"},
@@ -577,6 +578,7 @@ int cmd_serve(int argc, char** argv) {
     if (!template_kwargs.has_value()) return fail(template_kwargs.status());
     so.embedding_only = args->has("--embedding");
     so.slots_endpoint = !args->has("--no-slots");
+    so.webui = !args->has("--no-webui");
     if (args->has("--slots") && args->has("--no-slots")) return fail(invalid_argument("--slots and --no-slots contradict each other"));
     if (auto mc = args->get("--metrics-compat")) {
         if (*mc != "llamacpp") return fail(invalid_argument("--metrics-compat takes llamacpp (llama-server's metric names)"));

@@ -6,6 +6,7 @@
 #include "server/openai/openai.h"
 #include "server/response_store.h"
 #include "server/router.h"
+#include "server/webui/webui_routes.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -43,6 +44,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     add_anthropic_routes(*s->router_, ctx);
     add_llamacpp_routes(*s->router_, ctx);
     add_admin_routes(*s->router_, ctx);
+    if (opts.webui) add_webui_routes(*s->router_);
 
     HttpServerOptions ho = opts.http;
     const Router* router = s->router_.get();
