@@ -253,8 +253,12 @@ void Postprocessor::emit_prompt_logprobs(Sequence& s, const BatchSeq& b, const f
     for (int j = 0; j < b.n_tokens; ++j) {
         const int at = b.n_past + j + 1;  // the prompt index this row predicts
         if (at < s.n_prompt_lp || at >= s.n_prompt) continue;
-        ev.logprobs.push_back(logprob_at(s.tokens[static_cast<size_t>(at)], rows + static_cast<size_t>(j) * n_vocab_,
-                                         1.0f, s.params.prompt_logprobs));
+        const float* row = rows + static_cast<size_t>(j) * n_vocab_;
+        const int32_t tok = s.tokens[static_cast<size_t>(at)];
+        ev.logprobs.push_back(logprob_at(tok, row, 1.0f, s.params.prompt_logprobs));
+        int32_t above = 0;  // (vLLM's rank)
+        for (int v = 0; v < n_vocab_; ++v) above += row[v] > row[tok] ? 1 : 0;
+        ev.logprobs.back().rank = above + 1;
         s.n_prompt_lp = at + 1;
     }
     s.sink(std::move(ev));  // (also the chunk's progress)

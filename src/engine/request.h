@@ -62,6 +62,7 @@ struct TokenLogprob {
     int32_t token = 0;
     float logprob = 0;
     std::vector<std::pair<int32_t, float>> top;  // best alternatives, most likely first
+    int32_t rank = 0;  // prompt logprobs: 1 + the number of tokens more likely (0: not computed)
 };
 
 struct EngineEvent {

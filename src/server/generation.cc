@@ -52,6 +52,7 @@ struct Generation : std::enable_shared_from_this<Generation> {
 
     // Worker-only (one drain at a time).
     Usage usage;
+    std::vector<int> n_prompt_of, n_cached_of;  // per prompt of the job (usage sums them)
     int n_done = 0;
     bool failed = false;
     ApiError error;
@@ -141,6 +142,10 @@ struct Generation : std::enable_shared_from_this<Generation> {
             if (!res->client_gone()) sink->progress(*res);
             return;
         }
+        if (ev.kind == EngineEvent::Kind::kPromptLogprobs) {
+            sink->prompt_logprobs(*res, i, ev.logprobs);
+            return;
+        }
         if (ev.kind == EngineEvent::Kind::kText) {
             if (job.stream && res->pending_bytes() > kMaxPendingBytes) cancel_all();
             if (ev.token >= 0) sink->token(i, ev.token);
@@ -171,9 +176,16 @@ struct Generation : std::enable_shared_from_this<Generation> {
         deliver(i, deltas, {});
         ch.done = true;
         ++n_done;
-        usage.n_prompt = ev.n_prompt;
+        // Each prompt's tokens count once, whatever its n (OpenAI's usage for a list of prompts).
+        const size_t k = static_cast<size_t>(i / job.n);
+        n_prompt_of[k] = ev.n_prompt;
+        n_cached_of[k] = std::max(n_cached_of[k], ev.n_cached);
+        usage.n_prompt = usage.n_cached = 0;
+        for (size_t j = 0; j < n_prompt_of.size(); ++j) {
+            usage.n_prompt += n_prompt_of[j];
+            usage.n_cached += n_cached_of[j];
+        }
         usage.n_completion += ev.n_completion;
-        usage.n_cached = std::max(usage.n_cached, ev.n_cached);
         if (ev.finish == FinishReason::kError && !failed) {
             failed = true;
             error = from_status(ev.error);
@@ -183,10 +195,12 @@ struct Generation : std::enable_shared_from_this<Generation> {
         end.tool_calls = ch.parser && ch.parser->n_tool_calls() > 0;
         end.stop_word = ev.stop_matched;
         end.n_completion = ev.n_completion;
+        end.n_prompt = ev.n_prompt;
+        end.n_cached = ev.n_cached;
         sink->choice_end(*res, i, end);
         if (n_done < static_cast<int>(choices.size())) return;
         CacheMiss miss;
-        if (audit && !failed) miss = audit_turn();
+        if (audit && !failed && job.prompts.size() <= 1) miss = audit_turn();
         if (record) {
             std::lock_guard<std::mutex> lk(record->mu);
             record->n_prompt = usage.n_prompt;
@@ -226,13 +240,21 @@ std::string conversation_key(const RouteRequest& req) {
 void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
                     std::shared_ptr<HttpResponder> res, std::unique_ptr<GenerationSink> sink) {
     const ApiServerOptions& o = ctx.opts;
-    if (o.max_prompt_tokens > 0 && static_cast<int>(job.prompt.size()) > o.max_prompt_tokens) {
-        ApiError e = bad_param(job.prompt_param, "The prompt has " + std::to_string(job.prompt.size()) +
-                                                     " tokens; this server takes at most " +
-                                                     std::to_string(o.max_prompt_tokens) + " (--max-prompt-tokens).");
-        e.code = "context_length_exceeded";
-        sink->fail(*res, e, false);
-        return;
+    if (!job.prompts.empty()) job.prompt = job.prompts.front();
+    size_t n_prompt_total = 0;
+    for (size_t k = 0; k < std::max<size_t>(1, job.prompts.size()); ++k) {
+        const std::vector<int32_t>& p = job.prompts.empty() ? job.prompt : job.prompts[k];
+        n_prompt_total += p.size();
+        if (o.max_prompt_tokens > 0 && static_cast<int>(p.size()) > o.max_prompt_tokens) {
+            ApiError e = bad_param(job.prompt_param, "The prompt" +
+                                                         (job.prompts.empty() ? std::string() : " " + std::to_string(k)) +
+                                                         " has " + std::to_string(p.size()) +
+                                                         " tokens; this server takes at most " +
+                                                         std::to_string(o.max_prompt_tokens) + " (--max-prompt-tokens).");
+            e.code = "context_length_exceeded";
+            sink->fail(*res, e, false);
+            return;
+        }
     }
     if (o.max_tokens_limit > 0 && (job.params.max_tokens < 0 || job.params.max_tokens > o.max_tokens_limit)) {
         job.params.max_tokens = o.max_tokens_limit;  // as vLLM's max_model_len caps it: answers stop at the cap
@@ -241,7 +263,7 @@ void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
     if (req.record) {
         std::lock_guard<std::mutex> lk(req.record->mu);
         req.record->model = job.model->info().id;
-        req.record->n_prompt = static_cast<int>(job.prompt.size());
+        req.record->n_prompt = static_cast<int>(n_prompt_total);
         if (o.log_prompts) req.record->prompt = job.model->detokenize(job.prompt);
         if (req.record->cache_key.empty()) req.record->cache_key = conversation_key(req);
     }
@@ -253,18 +275,21 @@ void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
     g->audit = &ctx.cache_audit;
     g->res = std::move(res);
     g->sink = std::move(sink);
-    g->choices.resize(job.n);
+    const int n_total = n_choices(job);
+    g->choices.resize(static_cast<size_t>(n_total));
+    g->n_prompt_of.assign(std::max<size_t>(1, job.prompts.size()), 0);
+    g->n_cached_of.assign(g->n_prompt_of.size(), 0);
     if (job.output) {
         for (auto& ch : g->choices) ch.parser.emplace(*job.output);
     }
     g->job = std::move(job);
     const GenerationJob& j = g->job;
     // Submit every choice before answering: a refused request still gets its HTTP status.
-    for (int i = 0; i < j.n; ++i) {
+    for (int i = 0; i < n_total; ++i) {
         GenerationParams p = j.params;
-        p.sampling.seed += static_cast<uint64_t>(i);
+        p.sampling.seed += static_cast<uint64_t>(i % j.n);  // a prompt's choices as if it came alone
         // The engine keeps the sink, and so the generation, until the choice's last event.
-        auto h = j.model->submit(j.prompt, std::move(p),
+        auto h = j.model->submit(j.prompts.empty() ? j.prompt : j.prompts[static_cast<size_t>(i / j.n)], std::move(p),
                                  [g, i](EngineEvent&& ev) { g->enqueue(i, std::move(ev)); });
         if (!h.has_value()) {
             {

@@ -9,6 +9,7 @@
 // worker drains it, one drain at a time, so a sink is never called concurrently and sees each
 // choice's events in order. Sinks write to the (thread-safe) responder.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -40,6 +41,7 @@ struct ChoiceEnd {
     bool tool_calls = false;  // the answer holds tool calls
     std::string stop_word;    // the stop string that ended it ("" for EOS or length)
     int n_completion = 0;
+    int n_prompt = 0, n_cached = 0;  // its prompt's tokens, and those reused from the cache
 };
 
 class GenerationSink {
@@ -56,6 +58,10 @@ class GenerationSink {
     virtual void choice_end(HttpResponder& res, int i, const ChoiceEnd& end) = 0;
     // A prefill chunk went by: streams may send a keep-alive (Anthropic: ping).
     virtual void progress(HttpResponder& res) {}
+    // With GenerationParams::prompt_logprobs: the logprobs of choice i's next prompt tokens
+    // (tokens 1.. of its prompt over one or more calls, before its first delta). A sink that
+    // wraps another forwards it.
+    virtual void prompt_logprobs(HttpResponder& res, int i, std::span<const TokenLogprob> lps) {}
     // Every choice ended normally: the final response, or the end of the stream.
     virtual void finish(HttpResponder& res, const Usage& usage) = 0;
     // Refused before start() (`started` false: answer with e.status), or failed after it.
@@ -65,6 +71,10 @@ class GenerationSink {
 struct GenerationJob {
     ModelLease model;
     std::vector<int32_t> prompt;
+    // A batch (a list of prompts on the completion routes): when not empty, these run instead
+    // of `prompt`, submitted together, n choices each, prompt-major (choice i is prompts[i / n]'s,
+    // as OpenAI and vLLM index them); `prompt` is then the first (access log, slots).
+    std::vector<std::vector<int32_t>> prompts;
     GenerationParams params;
     int n = 1;
     bool stream = false;
@@ -75,6 +85,11 @@ struct GenerationJob {
     // system prompt or tool list from other cache misses. Zero for raw prompts.
     PromptFingerprint fingerprint;
 };
+
+// Every choice of a job: n, times the prompts of a batch.
+inline int n_choices(const GenerationJob& job) {
+    return job.n * std::max<int>(1, static_cast<int>(job.prompts.size()));
+}
 
 // Applies the server's limits (prompt tokens, max_tokens cap, wall-clock timeout), submits,
 // and returns at once; the sink is called from workers until finish() or fail(). The

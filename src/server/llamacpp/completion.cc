@@ -1,5 +1,6 @@
 // llama.cpp's POST /completion, as its server README documents: prompt as text, token ids or a
-// mix, n_predict (0 only fills the cache), cache_prompt, n_probs, its stream chunks and the
+// mix, or a list of those (one batch; the answer is an array, the stream's chunks carry their
+// prompt's index), n_predict (0 only fills the cache), cache_prompt, n_probs, its stream chunks and the
 // final object with stop_type and timings.
 #include <chrono>
 #include <cmath>
@@ -23,96 +24,75 @@ struct Settings {
     int n_probs = 0;
     bool post_sampling_probs = false;  // probabilities after the sampler chain ("prob", "top_probs")
     bool return_tokens = false;
-    std::string prompt_text;
-    int n_prompt = 0;
+    bool batch = false;                     // a list of prompts: the answer is an array
+    std::vector<std::string> prompt_texts;  // per prompt
+    std::vector<int> n_prompts;             // per prompt
 };
+
+// A list of prompts is one batch of at most this many.
+constexpr size_t kMaxPrompts = 128;
 
 class CompletionSink final : public GenerationSink {
   public:
     CompletionSink(ModelLease model, Settings settings, bool stream)
-        : model_(std::move(model)), s_(std::move(settings)), stream_(stream), t_start_(Clock::now()) {}
+        : model_(std::move(model)), s_(std::move(settings)), stream_(stream), t_start_(Clock::now()),
+          choices_(s_.n_prompts.size()) {}
 
     void start(HttpResponder& res) override {
         if (stream_) res.start_stream(200);
     }
 
-    void token(int, int32_t id) override {
-        if (tokens_.empty()) t_first_ = Clock::now();
-        tokens_.push_back(id);
-        pending_tokens_.push_back(id);
+    void token(int i, int32_t id) override {
+        Choice& ch = choices_[i];
+        if (ch.tokens.empty()) ch.t_first = Clock::now();
+        ch.tokens.push_back(id);
+        ch.pending_tokens.push_back(id);
     }
 
-    void delta(HttpResponder& res, int, const ChatDelta& d, std::span<const TokenLogprob> lps) override {
+    void delta(HttpResponder& res, int i, const ChatDelta& d, std::span<const TokenLogprob> lps) override {
+        Choice& ch = choices_[i];
         json probs = json::array();
         for (const TokenLogprob& lp : lps) probs.push_back(prob_entry(lp));
-        for (auto& p : probs) probs_.push_back(p);
-        content_ += d.text;
+        for (auto& p : probs) ch.probs.push_back(p);
+        ch.content += d.text;
         if (!stream_) return;
         if (d.text.empty() && probs.empty()) return;
-        json c = {{"index", 0},         {"content", d.text},          {"tokens", pending_tokens_},
-                  {"stop", false},      {"id_slot", 0},               {"tokens_predicted", tokens_.size()},
-                  {"tokens_evaluated", s_.n_prompt}};
+        json c = {{"index", i},         {"content", d.text},          {"tokens", ch.pending_tokens},
+                  {"stop", false},      {"id_slot", 0},               {"tokens_predicted", ch.tokens.size()},
+                  {"tokens_evaluated", s_.n_prompts[i]}};
         if (!probs.empty()) c["completion_probabilities"] = probs;
-        pending_tokens_.clear();
+        ch.pending_tokens.clear();
         res.write(sse_event(dump(c)));
     }
 
-    void choice_end(HttpResponder&, int, const ChoiceEnd& end) override { end_ = end; }
+    void choice_end(HttpResponder&, int i, const ChoiceEnd& end) override { choices_[i].end = end; }
 
     void finish(HttpResponder& res, const Usage& u) override {
-        const auto now = Clock::now();
-        const auto first = tokens_.empty() ? now : t_first_;
-        const double prompt_ms = std::chrono::duration<double, std::milli>(first - t_start_).count();
-        const double predicted_ms = std::chrono::duration<double, std::milli>(now - first).count();
-        const int n_computed = u.n_prompt - u.n_cached;
-        std::string stop_type = "none";
-        if (end_.finish == FinishReason::kLength) {
-            stop_type = "limit";
-        } else if (!end_.stop_word.empty()) {
-            stop_type = "word";
-        } else if (end_.finish == FinishReason::kStop) {
-            stop_type = "eos";
+        if (!s_.batch) {
+            // One prompt: its numbers are the request's (the prefix cache's share included).
+            json out = result(0, u.n_prompt, u.n_cached, u.n_completion);
+            if (stream_) {
+                res.write(sse_event(dump(out)));
+                res.end();
+            } else {
+                res.send(200, dump(out));
+            }
+            return;
         }
-        const SamplingParams& sp = s_.params.sampling;
-        json settings = {{"n_predict", s_.params.max_tokens}, {"seed", sp.seed},
-                         {"temperature", echo_float(sp.temperature)},     {"top_k", sp.top_k},
-                         {"top_p", echo_float(sp.top_p)},                 {"min_p", echo_float(sp.min_p)},
-                         {"repeat_penalty", sp.repeat_penalty}, {"repeat_last_n", sp.penalty_last_n},
-                         {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
-                         {"stop", s_.params.stop},            {"ignore_eos", s_.params.ignore_eos},
-                         {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt},
-                         {"post_sampling_probs", s_.post_sampling_probs}};
-        json out = {{"index", 0},
-                    {"content", stream_ ? std::string() : content_},
-                    {"tokens", stream_ ? json(pending_tokens_) : json(s_.return_tokens ? tokens_ : std::vector<int32_t>{})},
-                    {"id_slot", 0},
-                    {"stop", true},
-                    {"model", model_->info().id},
-                    {"tokens_predicted", u.n_completion},
-                    {"tokens_evaluated", u.n_prompt},
-                    {"generation_settings", settings},
-                    {"prompt", s_.prompt_text},
-                    {"has_new_line", content_.find('\n') != std::string::npos},
-                    {"truncated", false},
-                    {"stop_type", stop_type},
-                    {"stopping_word", end_.stop_word},
-                    {"tokens_cached", u.n_prompt + u.n_completion},
-                    {"timings",
-                     {{"cache_n", u.n_cached},
-                      {"prompt_n", n_computed},
-                      {"prompt_ms", prompt_ms},
-                      {"prompt_per_token_ms", n_computed > 0 ? prompt_ms / n_computed : 0.0},
-                      {"prompt_per_second", prompt_ms > 0 ? n_computed * 1000.0 / prompt_ms : 0.0},
-                      {"predicted_n", u.n_completion},
-                      {"predicted_ms", predicted_ms},
-                      {"predicted_per_token_ms", u.n_completion > 0 ? predicted_ms / u.n_completion : 0.0},
-                      {"predicted_per_second", predicted_ms > 0 ? u.n_completion * 1000.0 / predicted_ms : 0.0}}}};
-        if (s_.n_probs > 0 && !stream_) out["completion_probabilities"] = probs_;
+        json arr = json::array();
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            const ChoiceEnd& e = choices_[i].end;
+            json out = result(static_cast<int>(i), e.n_prompt, e.n_cached, e.n_completion);
+            if (stream_) {
+                res.write(sse_event(dump(out)));
+            } else {
+                arr.push_back(std::move(out));
+            }
+        }
         if (stream_) {
-            res.write(sse_event(dump(out)));
             res.end();
         } else {
-            res.send(200, dump(out));
+            res.send(200, dump(arr));  // as llama-server answers a list of prompts
         }
     }
 
@@ -126,6 +106,68 @@ class CompletionSink final : public GenerationSink {
     }
 
   private:
+    struct Choice {
+        Clock::time_point t_first;
+        std::vector<int32_t> tokens, pending_tokens;
+        std::string content;
+        json probs = json::array();
+        ChoiceEnd end;
+    };
+
+    // The final object of prompt i (its last stream chunk, or its answer).
+    json result(int i, int n_prompt, int n_cached, int n_completion) const {
+        const Choice& ch = choices_[static_cast<size_t>(i)];
+        const auto now = Clock::now();
+        const auto first = ch.tokens.empty() ? now : ch.t_first;
+        const double prompt_ms = std::chrono::duration<double, std::milli>(first - t_start_).count();
+        const double predicted_ms = std::chrono::duration<double, std::milli>(now - first).count();
+        const int n_computed = n_prompt - n_cached;
+        std::string stop_type = "none";
+        if (ch.end.finish == FinishReason::kLength) {
+            stop_type = "limit";
+        } else if (!ch.end.stop_word.empty()) {
+            stop_type = "word";
+        } else if (ch.end.finish == FinishReason::kStop) {
+            stop_type = "eos";
+        }
+        const SamplingParams& sp = s_.params.sampling;
+        json settings = {{"n_predict", s_.params.max_tokens}, {"seed", sp.seed},
+                         {"temperature", echo_float(sp.temperature)},     {"top_k", sp.top_k},
+                         {"top_p", echo_float(sp.top_p)},                 {"min_p", echo_float(sp.min_p)},
+                         {"repeat_penalty", sp.repeat_penalty}, {"repeat_last_n", sp.penalty_last_n},
+                         {"presence_penalty", sp.presence_penalty}, {"frequency_penalty", sp.frequency_penalty},
+                         {"stop", s_.params.stop},            {"ignore_eos", s_.params.ignore_eos},
+                         {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt},
+                         {"post_sampling_probs", s_.post_sampling_probs}};
+        json out = {{"index", i},
+                    {"content", stream_ ? std::string() : ch.content},
+                    {"tokens", stream_ ? json(ch.pending_tokens) : json(s_.return_tokens ? ch.tokens : std::vector<int32_t>{})},
+                    {"id_slot", 0},
+                    {"stop", true},
+                    {"model", model_->info().id},
+                    {"tokens_predicted", n_completion},
+                    {"tokens_evaluated", n_prompt},
+                    {"generation_settings", settings},
+                    {"prompt", s_.prompt_texts[static_cast<size_t>(i)]},
+                    {"has_new_line", ch.content.find('\n') != std::string::npos},
+                    {"truncated", false},
+                    {"stop_type", stop_type},
+                    {"stopping_word", ch.end.stop_word},
+                    {"tokens_cached", n_prompt + n_completion},
+                    {"timings",
+                     {{"cache_n", n_cached},
+                      {"prompt_n", n_computed},
+                      {"prompt_ms", prompt_ms},
+                      {"prompt_per_token_ms", n_computed > 0 ? prompt_ms / n_computed : 0.0},
+                      {"prompt_per_second", prompt_ms > 0 ? n_computed * 1000.0 / prompt_ms : 0.0},
+                      {"predicted_n", n_completion},
+                      {"predicted_ms", predicted_ms},
+                      {"predicted_per_token_ms", n_completion > 0 ? predicted_ms / n_completion : 0.0},
+                      {"predicted_per_second", predicted_ms > 0 ? n_completion * 1000.0 / predicted_ms : 0.0}}}};
+        if (s_.n_probs > 0 && !stream_) out["completion_probabilities"] = ch.probs;
+        return out;
+    }
+
     // llama-server's shape: logprobs, or with post_sampling_probs the probabilities themselves
     // ("prob", "top_probs"); the engine gives log-probabilities either way.
     json prob_entry(const TokenLogprob& lp) const {
@@ -146,43 +188,83 @@ class CompletionSink final : public GenerationSink {
     ModelLease model_;
     Settings s_;
     bool stream_;
-    Clock::time_point t_start_, t_first_;
-    std::vector<int32_t> tokens_, pending_tokens_;
-    std::string content_;
-    json probs_ = json::array();
-    ChoiceEnd end_;
+    Clock::time_point t_start_;
+    std::vector<Choice> choices_;
 };
 
-// A string, token ids, or a mix of both ([12, "text", 34]); strings after the first element
-// are tokenized without BOS, as llama.cpp's tokenize_mixed does.
-bool read_prompt(const json& p, const ServedModel& model, std::vector<int32_t>* out, std::string* text,
-                 ApiError* err) {
+// One prompt: a string, token ids, or a mix of both ([12, "text", 34]); strings after the
+// first element are tokenized without BOS, as llama.cpp's tokenize_mixed does.
+bool read_prompt(const json& p, const std::string& name, const ServedModel& model, std::vector<int32_t>* out,
+                 std::string* text, ApiError* err) {
     if (p.is_string()) {
         *text = p.get<std::string>();
         *out = model.prompt().tokenize(*text);
         return true;
     }
     if (!p.is_array()) {
-        *err = wrong_type("prompt", "a string, an array of token ids, or a mix of both", p);
+        *err = wrong_type(name, "a string, an array of token ids, or a mix of both", p);
         return false;
     }
     for (size_t i = 0; i < p.size(); ++i) {
         const json& e = p[i];
+        const std::string at = name + "[" + std::to_string(i) + "]";
         if (e.is_string()) {
             const std::string s = e.get<std::string>();
             const std::vector<int32_t> ids =
                 i == 0 ? model.prompt().tokenize(s) : model.tokenize(s, false, true);
             out->insert(out->end(), ids.begin(), ids.end());
         } else if (e.is_number()) {
-            if (!read_token_ids(json::array({e}), "prompt[" + std::to_string(i) + "]", model, out, err)) return false;
+            if (!read_token_ids(json::array({e}), at, model, out, err)) return false;
         } else {
-            *err = bad_param("prompt[" + std::to_string(i) + "]",
-                             e.is_array() ? "Only one prompt per request is supported."
-                                          : "Invalid 'prompt': elements must be token ids or strings.");
+            *err = bad_param(at, "Invalid '" + at + "': elements must be token ids or strings.");
             return false;
         }
     }
     *text = model.detokenize(*out);
+    return true;
+}
+
+// llama.cpp's rule (tokenize_input_prompts): a string, an array of ids, or an array mixing ids
+// and strings is one prompt; any other array is a list of prompts, each one of those.
+bool is_one_prompt(const json& p) {
+    if (!p.is_array()) return true;
+    bool numbers = false;
+    for (const json& e : p) {
+        if (e.is_number()) numbers = true;
+    }
+    return numbers;
+}
+
+bool read_prompts(const json& p, const ServedModel& model, GenerationJob* job, Settings* s, ApiError* err) {
+    std::vector<std::vector<int32_t>> prompts;
+    const auto one = [&](const json& e, const std::string& name) -> bool {
+        std::vector<int32_t> ids;
+        std::string text;
+        if (!read_prompt(e, name, model, &ids, &text, err)) return false;
+        if (ids.empty()) {
+            *err = bad_param(name, "The prompt is empty after tokenization.");
+            return false;
+        }
+        s->n_prompts.push_back(static_cast<int>(ids.size()));
+        s->prompt_texts.push_back(std::move(text));
+        prompts.push_back(std::move(ids));
+        return true;
+    };
+    if (is_one_prompt(p)) {
+        if (!one(p, "prompt")) return false;
+        job->prompt = std::move(prompts.front());
+        return true;
+    }
+    if (p.empty() || p.size() > kMaxPrompts) {
+        *err = bad_param("prompt", "Invalid 'prompt': " + std::to_string(p.size()) + " prompts; between 1 and " +
+                                       std::to_string(kMaxPrompts) + " per request.");
+        return false;
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+        if (!one(p[i], "prompt[" + std::to_string(i) + "]")) return false;
+    }
+    s->batch = true;
+    job->prompts = std::move(prompts);
     return true;
 }
 
@@ -215,9 +297,7 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     s.params.post_sampling_probs = s.post_sampling_probs;
     const json* p = f.find("prompt");
     if (!p) return fail(bad_param("prompt", "Missing required parameter: 'prompt'."));
-    if (!read_prompt(*p, *job.model, &job.prompt, &s.prompt_text, &err)) return fail(err);
-    if (job.prompt.empty()) return fail(bad_param("prompt", "The prompt is empty after tokenization."));
-    s.n_prompt = static_cast<int>(job.prompt.size());
+    if (!read_prompts(*p, *job.model, &job, &s, &err)) return fail(err);
     job.params = s.params;
     job.prompt_param = "prompt";
     if (!read_llamacpp_constraint(f, &job.params.grammar, &err)) return fail(err);

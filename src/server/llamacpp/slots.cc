@@ -33,6 +33,9 @@ class SlotTracker final : public GenerationSink {
         inner_->choice_end(res, i, end);
     }
     void progress(HttpResponder& res) override { inner_->progress(res); }
+    void prompt_logprobs(HttpResponder& res, int i, std::span<const TokenLogprob> lps) override {
+        inner_->prompt_logprobs(res, i, lps);
+    }
     void finish(HttpResponder& res, const Usage& u) override { inner_->finish(res, u); }
     void fail(HttpResponder& res, const ApiError& e, bool started) override { inner_->fail(res, e, started); }
 
@@ -57,9 +60,10 @@ std::unique_ptr<GenerationSink> SlotBoard::track(const GenerationJob& job, std::
     s.stop = job.params.stop;
     s.ignore_eos = job.params.ignore_eos;
     std::vector<uint64_t> keys;
-    for (int i = 0; i < job.n; ++i) {
+    for (int i = 0; i < n_choices(job); ++i) {  // (a batch: n choices of each prompt)
         Slot c = s;
-        c.sampling.seed += static_cast<uint64_t>(i);  // as run_generation seeds the choices
+        if (!job.prompts.empty()) c.n_prompt = static_cast<int>(job.prompts[static_cast<size_t>(i / job.n)].size());
+        c.sampling.seed += static_cast<uint64_t>(i % job.n);  // as run_generation seeds the choices
         keys.push_back(enter(info.id, std::max(1, info.n_parallel), c));
     }
     return std::make_unique<SlotTracker>(this, info.id, std::move(keys), std::move(sink));

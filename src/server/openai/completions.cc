@@ -1,5 +1,7 @@
 // OpenAI legacy Completions: POST /v1/completions (and /completions). Plain text: no chat
-// template, no stream parsers.
+// template, no stream parsers. A list of prompts runs as one batch (choices prompt-major, n
+// per prompt); echo returns the prompt first, with its tokens' logprobs when logprobs are
+// asked (the first token's null, as OpenAI and vLLM); vLLM's prompt_logprobs likewise.
 #include "server/context.h"
 #include "server/generation.h"
 #include "server/openai/openai.h"
@@ -14,23 +16,82 @@ namespace {
 
 constexpr const char* kFingerprint = "fp_ferrox_0_1";
 
+// A list of prompts is one batch: at most this many prompts (and choices) per request.
+constexpr size_t kMaxPrompts = 128;
+
+// What the sink needs of each prompt of the request: its echo (the text as given, or the ids
+// detokenized) and its first token (echoed with a null logprob).
+struct PromptEcho {
+    std::string text;
+    int32_t first_token = -1;
+};
+
 class CompletionSink final : public GenerationSink {
   public:
-    CompletionSink(ModelLease model, int n, bool stream, bool include_usage, bool logprobs)
-        : model_(std::move(model)), stream_(stream), include_usage_(include_usage), logprobs_(logprobs),
-          choices_(n) {
+    struct Options {
+        int n = 1;  // choices per prompt
+        bool stream = false, include_usage = false, logprobs = false;
+        bool echo = false;
+        bool prompt_logprobs_field = false;  // vLLM's prompt_logprobs in each choice
+    };
+    CompletionSink(ModelLease model, const Options& o, std::vector<PromptEcho> prompts)
+        : model_(std::move(model)), o_(o), prompts_(std::move(prompts)), choices_(prompts_.size() * o.n) {
         id_ = random_id("cmpl-");
         created_ = unix_now();
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            Choice& ch = choices_[i];
+            const PromptEcho& p = prompts_[i / o_.n];
+            if (o_.prompt_logprobs_field) ch.prompt_lp = json::array({nullptr});
+            if (!o_.echo) continue;
+            ch.text = p.text;
+            if (o_.logprobs && p.first_token >= 0) {
+                ch.lp["tokens"].push_back(model_->token_piece(p.first_token));
+                ch.lp["token_logprobs"].push_back(nullptr);
+                ch.lp["top_logprobs"].push_back(nullptr);
+                ch.lp["text_offset"].push_back(0);
+                ch.echo_offset = static_cast<int64_t>(model_->token_piece(p.first_token).size());
+            }
+        }
     }
 
     void start(HttpResponder& res) override {
-        if (stream_) res.start_stream(200);
+        if (o_.stream) res.start_stream(200);
+    }
+
+    // Prompt tokens after the first: echoed with their logprobs, and/or vLLM's prompt_logprobs.
+    void prompt_logprobs(HttpResponder&, int i, std::span<const TokenLogprob> lps) override {
+        Choice& ch = choices_[i];
+        for (const TokenLogprob& t : lps) {
+            const std::string piece = model_->token_piece(t.token);
+            if (o_.echo && o_.logprobs) {
+                json top = json::object();
+                for (const auto& [id, l] : t.top) top[model_->token_piece(id)] = l;
+                ch.lp["tokens"].push_back(piece);
+                ch.lp["token_logprobs"].push_back(t.logprob);
+                ch.lp["top_logprobs"].push_back(top);
+                ch.lp["text_offset"].push_back(ch.echo_offset);
+                ch.echo_offset += static_cast<int64_t>(piece.size());
+            }
+            if (o_.prompt_logprobs_field) {
+                json entry = json::object();
+                entry[std::to_string(t.token)] = {{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", piece}};
+                for (size_t k = 0; k < t.top.size(); ++k) {
+                    const std::string key = std::to_string(t.top[k].first);
+                    if (entry.contains(key)) continue;
+                    entry[key] = {{"logprob", t.top[k].second},
+                                  {"rank", static_cast<int>(k) + 1},
+                                  {"decoded_token", model_->token_piece(t.top[k].first)}};
+                }
+                ch.prompt_lp.push_back(entry);
+            }
+        }
     }
 
     void delta(HttpResponder& res, int i, const ChatDelta& d, std::span<const TokenLogprob> lps) override {
+        flush_echo(res, i);
         Choice& ch = choices_[i];
         json lp = nullptr;
-        if (logprobs_ && !lps.empty()) {
+        if (o_.logprobs && !lps.empty()) {
             lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                   {"top_logprobs", json::array()}, {"text_offset", json::array()}};
             for (const TokenLogprob& t : lps) {
@@ -47,7 +108,7 @@ class CompletionSink final : public GenerationSink {
             }
         }
         ch.text += d.text;
-        if (!stream_ || (d.text.empty() && lp.is_null())) return;
+        if (!o_.stream || (d.text.empty() && lp.is_null())) return;
         if (!lp.is_null()) return write_chunk(res, i, d.text, lp, nullptr);
         if (text_chunks_.size() <= static_cast<size_t>(i)) text_chunks_.resize(i + 1);
         ChunkTemplate& t = text_chunks_[i];
@@ -58,18 +119,19 @@ class CompletionSink final : public GenerationSink {
     void choice_end(HttpResponder& res, int i, const ChoiceEnd& end) override {
         Choice& ch = choices_[i];
         ch.finish = end.finish == FinishReason::kLength ? "length" : "stop";
-        if (stream_ && end.finish != FinishReason::kCancelled && end.finish != FinishReason::kError) {
+        if (o_.stream && end.finish != FinishReason::kCancelled && end.finish != FinishReason::kError) {
+            flush_echo(res, i);
             write_chunk(res, i, "", nullptr, ch.finish.c_str());
         }
     }
 
     void progress(HttpResponder& res) override {
-        if (stream_) res.write(": keep-alive\n\n");
+        if (o_.stream) res.write(": keep-alive\n\n");
     }
 
     void finish(HttpResponder& res, const Usage& u) override {
-        if (stream_) {
-            if (include_usage_) {
+        if (o_.stream) {
+            if (o_.include_usage) {
                 json c = chunk_base();
                 c["choices"] = json::array();
                 c["usage"] = usage_json(u);
@@ -83,8 +145,9 @@ class CompletionSink final : public GenerationSink {
         for (size_t i = 0; i < choices_.size(); ++i) {
             const Choice& ch = choices_[i];
             json c = {{"text", ch.text}, {"index", i}};
-            c["logprobs"] = logprobs_ ? ch.lp : json(nullptr);
+            c["logprobs"] = o_.logprobs ? ch.lp : json(nullptr);
             c["finish_reason"] = ch.finish;
+            if (o_.prompt_logprobs_field) c["prompt_logprobs"] = ch.prompt_lp;
             arr.push_back(c);
         }
         json out = chunk_base();
@@ -94,7 +157,7 @@ class CompletionSink final : public GenerationSink {
     }
 
     void fail(HttpResponder& res, const ApiError& e, bool started) override {
-        if (!started || !stream_) {
+        if (!started || !o_.stream) {
             Router::send_error(res, Protocol::kOpenAI, e);
             return;
         }
@@ -108,7 +171,25 @@ class CompletionSink final : public GenerationSink {
         std::string text, finish;
         json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
                    {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        json prompt_lp;              // vLLM's prompt_logprobs: null, then one object per token
+        int64_t echo_offset = 0;     // the next echoed prompt token's text_offset
+        bool echo_sent = false;      // (streams) the first chunk, with the echo, went out
     };
+
+    // A stream's first chunk of choice i: the echoed prompt (with its logprobs) and vLLM's
+    // prompt_logprobs, once the prompt's logprobs are all in (before its first token).
+    void flush_echo(HttpResponder& res, int i) {
+        Choice& ch = choices_[i];
+        if (!o_.stream || ch.echo_sent || (!o_.echo && !o_.prompt_logprobs_field)) return;
+        ch.echo_sent = true;
+        json c = chunk(i, o_.echo ? ch.text : std::string(), o_.echo && o_.logprobs ? ch.lp : json(nullptr), nullptr);
+        if (o_.prompt_logprobs_field) c["choices"][0]["prompt_logprobs"] = ch.prompt_lp;
+        res.write(sse_event(dump(c)));
+        if (o_.echo && o_.logprobs) {  // the completion's logprobs follow on their own
+            ch.lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+                     {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+        }
+    }
 
     json chunk_base() const {
         return json{{"id", id_}, {"object", "text_completion"}, {"created", created_},
@@ -136,12 +217,62 @@ class CompletionSink final : public GenerationSink {
     }
 
     ModelLease model_;
-    bool stream_, include_usage_, logprobs_;
+    Options o_;
+    std::vector<PromptEcho> prompts_;
     std::string id_;
     int64_t created_ = 0;
     std::vector<Choice> choices_;
     std::vector<ChunkTemplate> text_chunks_;  // per choice: the chunk of a text delta alone
 };
+
+// OpenAI's prompt: a string, an array of token ids, or a list of prompts, each a string or an
+// array of token ids (a batch). Errors name the element (prompt[2][5]).
+bool read_prompts(const json& p, const ServedModel& model, std::vector<std::vector<int32_t>>* prompts,
+                  std::vector<PromptEcho>* echoes, ApiError* err) {
+    const auto one = [&](const json& e, const std::string& name) -> bool {
+        std::vector<int32_t> ids;
+        PromptEcho echo;
+        if (e.is_string()) {
+            echo.text = e.get<std::string>();
+            ids = model.prompt().tokenize(echo.text);
+        } else if (e.is_array() && !e.empty() && e[0].is_number()) {
+            if (!read_token_ids(e, name, model, &ids, err)) return false;
+            echo.text = model.detokenize(ids);
+        } else if (e.is_array() && e.empty()) {
+            *err = bad_param(name, "Invalid '" + name + "': the prompt is empty.");
+            return false;
+        } else {
+            *err = wrong_type(name, "a string or an array of token ids", e);
+            return false;
+        }
+        if (ids.empty()) {
+            *err = bad_param(name, "The prompt is empty after tokenization.");
+            return false;
+        }
+        echo.first_token = ids.front();
+        prompts->push_back(std::move(ids));
+        echoes->push_back(std::move(echo));
+        return true;
+    };
+    if (p.is_string() || (p.is_array() && !p.empty() && p[0].is_number())) return one(p, "prompt");
+    if (!p.is_array()) {
+        *err = wrong_type("prompt", "a string, an array of token ids, or a list of prompts", p);
+        return false;
+    }
+    if (p.empty()) {
+        *err = bad_param("prompt", "Invalid 'prompt': the list of prompts is empty.");
+        return false;
+    }
+    if (p.size() > kMaxPrompts) {
+        *err = bad_param("prompt", "Invalid 'prompt': " + std::to_string(p.size()) + " prompts; at most " +
+                                       std::to_string(kMaxPrompts) + " per request.");
+        return false;
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+        if (!one(p[i], "prompt[" + std::to_string(i) + "]")) return false;
+    }
+    return true;
+}
 
 void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     const json& body = req.body;
@@ -149,33 +280,37 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
     ApiError err;
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kOpenAI, e); };
     GenerationJob job;
-    bool include_usage = false;
-    if (!read_openai_job(ctx, f, /*chat=*/false, &job, &include_usage, &err)) return fail(err);
-    int64_t lp = -1;
+    CompletionSink::Options o;
+    if (!read_openai_job(ctx, f, /*chat=*/false, &job, &o.include_usage, &err)) return fail(err);
+    int64_t lp = -1, prompt_lp = -1;
     if (!f.integer("logprobs", 0, 5, &lp, &err)) return fail(err);
     job.params.top_logprobs = f.find("logprobs") ? static_cast<int>(lp) : -1;
-    bool echo = false;
-    if (!f.boolean("echo", &echo, &err)) return fail(err);
-    if (echo) return fail(bad_param("echo", "'echo' is not supported."));
+    if (!f.boolean("echo", &o.echo, &err)) return fail(err);
+    // vLLM's prompt_logprobs: each prompt token's logprob and that many alternatives.
+    if (!f.integer("prompt_logprobs", 0, 20, &prompt_lp, &err)) return fail(err);
+    o.prompt_logprobs_field = f.find("prompt_logprobs") != nullptr;
+    if (job.params.max_tokens == 0 && !o.echo && !o.prompt_logprobs_field) {
+        return fail(bad_param("max_tokens", "'max_tokens' of 0 is only allowed with 'echo' or 'prompt_logprobs' "
+                                            "(the answer is then the prompt alone)."));
+    }
+    o.logprobs = job.params.top_logprobs >= 0;
+    if (o.echo && o.logprobs) job.params.prompt_logprobs = job.params.top_logprobs;
+    if (o.prompt_logprobs_field) job.params.prompt_logprobs = std::max(job.params.prompt_logprobs, static_cast<int>(prompt_lp));
 
     const json* p = f.find("prompt");
     if (!p) return fail(bad_param("prompt", "Missing required parameter: 'prompt'."));
-    const json* one = p;
-    if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) one = &(*p)[0];
-    if (one->is_string()) {
-        job.prompt = job.model->prompt().tokenize(one->get<std::string>());
-    } else if (one->is_array() && !one->empty() && (*one)[0].is_number()) {
-        if (!read_token_ids(*one, "prompt", *job.model, &job.prompt, &err)) return fail(err);
-    } else if (one->is_array() && !one->empty()) {
-        return fail(bad_param("prompt", "Only one prompt per request is supported."));
-    } else {
-        return fail(wrong_type("prompt", "a string or an array of token ids", *one));
+    std::vector<PromptEcho> echoes;
+    if (!read_prompts(*p, *job.model, &job.prompts, &echoes, &err)) return fail(err);
+    if (job.prompts.size() * static_cast<size_t>(job.n) > kMaxPrompts) {
+        return fail(bad_param("n", "'n' times the number of prompts is " +
+                                       std::to_string(job.prompts.size() * static_cast<size_t>(job.n)) +
+                                       "; at most " + std::to_string(kMaxPrompts) + " choices per request."));
     }
-    if (job.prompt.empty()) return fail(bad_param("prompt", "The prompt is empty after tokenization."));
     job.prompt_param = "prompt";
     if (!read_openai_constraint(f, &job.params.grammar, &err)) return fail(err);
-    const bool logprobs = job.params.top_logprobs >= 0;
-    auto sink = std::make_unique<CompletionSink>(job.model, job.n, job.stream, include_usage, logprobs);
+    o.n = job.n;
+    o.stream = job.stream;
+    auto sink = std::make_unique<CompletionSink>(job.model, o, std::move(echoes));
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 
@@ -190,7 +325,8 @@ bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJ
         !read_logit_bias(f, *job->model, &job->params.sampling, err))
         return false;
     int64_t max_tokens = ctx.opts.default_max_tokens;
-    if (!f.integer("max_tokens", 1, 1 << 24, &max_tokens, err) ||
+    // (Completions: 0 with echo, the prompt alone: evaluation harnesses score prompts so.)
+    if (!f.integer("max_tokens", chat ? 1 : 0, 1 << 24, &max_tokens, err) ||
         (chat && !f.integer("max_completion_tokens", 1, 1 << 24, &max_tokens, err)) ||
         !f.integer("n_predict", -1, 1 << 24, &max_tokens, err))  // llama.cpp's name
         return false;
