@@ -337,12 +337,25 @@ const std::vector<FlagSpec> kServeFlags = {
     {{}, false, "llama-server compatibility"},
     {{"-ctk", "--cache-type-k"}, true, "llama-server: KV cache type (f16 or q8_0; K and V share one type here)"},
     {{"-ctv", "--cache-type-v"}, true, "llama-server: the same for V"},
-    {{"--metrics"}, false, "llama-server: accepted (/metrics is always on)"},
+    {{"--metrics"}, false, "llama-server: /metrics also carries llama-server's llamacpp:* names (as --metrics-compat llamacpp; ferrox's own are always on)"},
     {{"--offline"}, false, "llama-server: accepted (ferrox never downloads)"},
     {{"-ngl", "--gpu-layers", "--n-gpu-layers"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
     {{"-fa", "--flash-attn"}, true, "llama-server: on|off|auto, accepted with a note (this build computes on the CPU)"},
     {{"--n-cpu-moe"}, true, "llama-server: accepted with a note (this build computes on the CPU)"},
     {{"-hf", "--hf-repo"}, true, "llama-server: refused (ferrox does not download models: give -m FILE)"},
+    {{"-kvu", "--kv-unified"}, false, "llama-server: accepted (ferrox's KV is always one pool shared by every sequence)"},
+    {{"-no-kvu", "--no-kv-unified"}, false, "llama-server: accepted with a note (the KV pool stays shared)"},
+    {{"--swa-full"}, false, "llama-server: accepted (sliding-window layers keep their KV for the whole context here)"},
+    {{"--no-context-shift"}, false, "llama-server: accepted (the default: a request that fills its context ends with finish_reason length)"},
+    {{"--context-shift"}, false, "llama-server: refused (ferrox does not drop the oldest tokens to go on generating)"},
+    {{"-cb", "--cont-batching"}, false, "llama-server: accepted (batching is always continuous)"},
+    {{"-v", "--verbose", "--log-verbose"}, false, "llama-server: debug logging"},
+    {{"--no-ui"}, false, "llama-server: the same as --no-webui"},
+    {{"--backend_sampling", "--backend-sampling"}, false, "llama-server: accepted with a note (sampling runs on the CPU here)"},
+    {{"--spec-type"}, true, "llama-server: none, draft-simple (needs -md) or an ngram type (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: prompt lookup, --spec-ngram)"},
+    {{"--spec-draft-n-max"}, true, "llama-server: the same as --draft-max"},
+    {{"--spec-draft-n-min"}, true, "llama-server: accepted (ferrox verifies every draft, however short)"},
+    {{"--slot-save-path"}, true, "llama-server: directory of POST /slots/{id}?action=save|restore files (without it, those actions answer 501)"},
 };
 
 // llama-server's flags that ferrox takes with their meaning: the sampling defaults of requests
@@ -377,12 +390,48 @@ Status read_llama_server_flags(const Args& a, SamplingDefaults* sd, KvType* kv_t
         if (a.has("--kv-type") && kt != *kv_type) return invalid_argument("--kv-type and -ctk/-ctv disagree");
         *kv_type = kt;
     }
+    if (a.has("--context-shift")) {
+        return invalid_argument("--context-shift: ferrox does not shift the context (a request that fills it ends with "
+                                "finish_reason length); leave the flag out");
+    }
+    if (a.has("-no-kvu")) std::fprintf(stderr, "ferrox: --no-kv-unified: the KV pool is always shared by every sequence here; ignored\n");
+    if (a.has("--backend_sampling")) std::fprintf(stderr, "ferrox: --backend_sampling: sampling runs on the CPU here; ignored\n");
     for (const char* gpu : {"-ngl", "-fa", "--n-cpu-moe"}) {
         if (a.has(gpu)) std::fprintf(stderr, "ferrox: %s: this build computes on the CPU; ignored\n", gpu);
     }
     if (a.has("--no-jinja")) {
         std::fprintf(stderr, "ferrox: --no-jinja: chat templates are always rendered as Jinja here (the built-in "
                              "names of --chat-template are Jinja too); ignored\n");
+    }
+    return Status::ok();
+}
+
+// --spec-type as llama-server names its drafters (a comma-separated list): draft-simple drafts
+// with the -md model, the ngram types all mean prompt lookup here (--spec-ngram, kept at its
+// value), none turns speculation off. A name llama-server does not know is refused.
+Status spec_type_arg(const Args& a, int* spec_ngram, int* draft_max) {
+    auto types = a.get("--spec-type");
+    if (!types) return Status::ok();
+    bool any = false, ngram = false;
+    std::stringstream list(*types);
+    for (std::string t; std::getline(list, t, ',');) {
+        if (t == "none") continue;
+        if (t == "draft-simple") {
+            if (!a.has("-md")) return invalid_argument("--spec-type draft-simple needs a draft model (-md FILE)");
+        } else if (t == "ngram-simple" || t == "ngram-map-k" || t == "ngram-map-k4v" || t == "ngram-mod" ||
+                   t == "ngram-cache") {
+            ngram = true;
+        } else {
+            return invalid_argument("--spec-type: '" + t + "' is none of none, draft-simple, ngram-simple, "
+                                    "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache");
+        }
+        any = true;
+    }
+    if (!any) {
+        if (a.has("-md")) return invalid_argument("--spec-type none and a draft model (-md) contradict each other");
+        *draft_max = 0;
+    } else if (ngram && *spec_ngram == 0) {
+        *spec_ngram = EngineOptions{}.spec_ngram;
     }
     return Status::ok();
 }
@@ -506,14 +555,20 @@ int cmd_serve(int argc, char** argv) {
     auto cache_disk = args->get_int("--cache-disk", 8192);
     auto cache_ram = args->get_int("--cache-ram", -2);
     auto spec_ngram = args->get_int("--spec-ngram", EngineOptions{}.spec_ngram);
-    auto draft_max = args->get_int("--draft-max", EngineOptions{}.draft_max);
+    // --spec-draft-n-max is llama-server's --draft-max; ferrox's own name wins when both are given.
+    auto draft_max = args->get_int(args->has("--draft-max") ? "--draft-max" : "--spec-draft-n-max",
+                                   EngineOptions{}.draft_max);
+    auto draft_min = args->get_int("--spec-draft-n-min", 0);
+    if (!draft_min.has_value() || *draft_min < 0) return fail(invalid_argument("--spec-draft-n-min must be >= 0"));
     for (const auto* e : {&port, &n_ctx, &n_par, &n_threads, &n_batch, &n_ubatch, &n_predict, &max_queue, &kv_budget,
                           &spec_ngram, &draft_max, &cache_disk, &cache_ram}) {
         if (!e->has_value()) return fail(e->status());
     }
     if (*spec_ngram < 0 || *spec_ngram > 64 || *draft_max < 0 || *draft_max > 64) {
-        return fail(invalid_argument("--spec-ngram and --draft-max must be in [0, 64]"));
+        return fail(invalid_argument("--spec-ngram and --draft-max (--spec-draft-n-max) must be in [0, 64]"));
     }
+    if (Status st = spec_type_arg(*args, &*spec_ngram, &*draft_max); !st.is_ok()) return fail(st);
+    if (args->has("-v")) log_set_level(LogLevel::kDebug);
     if (*port < 0 || *port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
     if (*cache_disk < 1) return fail(invalid_argument("--cache-disk must be >= 1 (MiB)"));
     if (*cache_ram < -1 && args->has("--cache-ram")) return fail(invalid_argument("--cache-ram must be >= -1 (MiB; -1: half of memory, 0: off)"));
@@ -578,12 +633,17 @@ int cmd_serve(int argc, char** argv) {
     if (!template_kwargs.has_value()) return fail(template_kwargs.status());
     so.embedding_only = args->has("--embedding");
     so.slots_endpoint = !args->has("--no-slots");
-    so.webui = !args->has("--no-webui");
+    so.webui = !args->has("--no-webui") && !args->has("--no-ui");
+    so.slot_save_path = args->get("--slot-save-path").value_or("");
+    if (args->has("--slot-save-path") && so.slot_save_path.empty()) {
+        return fail(invalid_argument("--slot-save-path needs a directory"));
+    }
     if (args->has("--slots") && args->has("--no-slots")) return fail(invalid_argument("--slots and --no-slots contradict each other"));
     if (auto mc = args->get("--metrics-compat")) {
         if (*mc != "llamacpp") return fail(invalid_argument("--metrics-compat takes llamacpp (llama-server's metric names)"));
         so.metrics_llamacpp = true;
     }
+    if (args->has("--metrics")) so.metrics_llamacpp = true;  // llama-server's command line: its names
     std::string pooling = args->get("--pooling").value_or("");
     if (pooling == "none" || pooling == "rank") {
         return fail(invalid_argument("--pooling " + pooling + ": ferrox serves pooled embeddings only (mean, cls or last)"));

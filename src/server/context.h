@@ -60,6 +60,7 @@ struct ApiServerOptions {
     bool embedding_only = false;        // --embedding: generating routes answer 501 not_supported_error
     bool slots_endpoint = true;         // --no-slots: GET /slots answers 501
     bool metrics_llamacpp = false;      // --metrics-compat llamacpp: /metrics adds llamacpp:* names
+    std::string slot_save_path;         // --slot-save-path: POST /slots/{id}?action=save|restore files
     bool webui = true;                  // --no-webui: no chat page at / nor dashboard (404)
 };
 

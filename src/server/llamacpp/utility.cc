@@ -1,6 +1,7 @@
 // llama.cpp's utility routes: /tokenize, /detokenize, /apply-template, /props, and the
 // liveness and metrics routes every protocol's users share (/health, /metrics).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -203,6 +204,13 @@ std::string llamacpp_metrics(ServerContext& ctx, const std::vector<ModelLease>& 
     return out;
 }
 
+// Seconds since the epoch when the routes were added (server start); set once, read by any thread.
+int64_t process_start_unix() {
+    static const int64_t t =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return t;
+}
+
 void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
     const auto models = ctx.models();
     // Families must not be split: gather every model's lines per family, in order.
@@ -230,7 +238,9 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     for (const auto& f : order) out += families[f];
     out += ctx.cache_audit.prometheus();  // server-wide: by reason, no model label
     if (ctx.opts.metrics_llamacpp) out += llamacpp_metrics(ctx, models);
-    res->send(200, out, "text/plain; version=0.0.4");
+    // llama-server's header: when the process started (Unix seconds), so a scraper tells a
+    // restart (counters back to zero) from a counter reset.
+    res->send(200, out, "text/plain; version=0.0.4", {{"Process-Start-Time-Unix", std::to_string(process_start_unix())}});
 }
 
 // The value of `key` in a raw query string ("" when absent; no percent-decoding: the values
@@ -291,10 +301,13 @@ void route_slots(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResp
                            {"n_probs", s.n_probs},
                            {"stop", s.stop},
                            {"samplers", {"penalties", "top_k", "top_p", "min_p", "temperature"}}};
-            e["next_token"] = json::array({{{"has_next_token", s.busy},
-                                            {"has_new_line", s.has_new_line},
-                                            {"n_remain", s.max_tokens < 0 ? -1 : std::max(0, s.max_tokens - s.n_decoded)},
-                                            {"n_decoded", s.n_decoded}}});
+            // An idle slot keeps its last request's settings but no budget, as llama-server
+            // resets a released slot's n_remain and n_decoded.
+            e["next_token"] = json::array(
+                {{{"has_next_token", s.busy},
+                  {"has_new_line", s.has_new_line},
+                  {"n_remain", !s.busy || s.max_tokens < 0 ? -1 : std::max(0, s.max_tokens - s.n_decoded)},
+                  {"n_decoded", s.busy ? s.n_decoded : 0}}});
         }
         out.push_back(std::move(e));
     }
@@ -328,6 +341,7 @@ void route_health(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
 }  // namespace
 
 void add_llamacpp_routes(Router& router, ServerContext& ctx) {
+    process_start_unix();
     ctx.slots = std::make_shared<SlotBoard>();
     add_completion_route(router, ctx);
     add_infill_route(router, ctx);
