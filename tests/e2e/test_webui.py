@@ -189,7 +189,7 @@ def test_answer_streams_ends_and_persists(driver, scripted):
     assert msg.find_element("css selector", ".content").text == "Scripted default answer."
     stats = msg.find_element("css selector", ".stats").text
     assert re.search(r"\d+ tokens · [\d.]+ tok/s · TTFT \d+ ms · \d+/\d+ prompt tokens cached · stop", stats), stats
-    assert not d.find_element("id", "send").get_attribute("hidden")
+    assert d.find_element("id", "send").is_displayed() and not d.find_element("id", "stop").is_displayed()
     # Reload: the conversation is in the list and opens with its messages.
     open_page(d, scripted.base + "/")
     convs = d.find_elements("css selector", "#conv-list .conv-open")
@@ -391,11 +391,12 @@ def test_stop_a_long_answer(driver, real):
     first = wait(d, lambda: len(content()) > 20 and content(), what="the answer to start")
     wait(d, lambda: len(content()) > len(first), what="the answer to grow (stream)")
     assert running(real) == 1
+    assert not d.find_element("id", "send").is_displayed()
     d.find_element("id", "stop").click()
     wait(d, lambda: d.find_elements("css selector", ".msg.assistant .stats"), what="the stopped answer")
     assert "stopped" in d.find_element("css selector", ".msg.assistant .stats").text
     wait(d, lambda: running(real) == 0, timeout=10, what="ferrox_requests_running to return to 0")
-    assert d.find_element("id", "send").is_displayed()
+    assert d.find_element("id", "send").is_displayed() and not d.find_element("id", "stop").is_displayed()
     save_settings(d, max_tokens="", extra="")
     assert browser_errors(d) == []
 
@@ -421,8 +422,8 @@ def test_dashboard(driver, real):
     assert "MiB" in row.text
     row.find_element("xpath", ".//button[text()='Unload']").click()
     d.switch_to.alert.accept()
-    wait(d, lambda: not d.find_elements("css selector", "#models tr[data-model='all-MiniLM-L6-v2']") or
-         "draining" in d.find_element("css selector", "#models tr[data-model='all-MiniLM-L6-v2']").text,
-         what="the unloaded model to leave the table")
+    gone = "const r = document.querySelector(\"#models tr[data-model='all-MiniLM-L6-v2']\"); " \
+           "return !r || r.textContent.includes('draining')"
+    wait(d, lambda: js(d, gone), what="the unloaded model to leave the table")
     assert browser_errors(d) == []
     assert foreign_requests(d, real.base) == []

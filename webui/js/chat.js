@@ -43,7 +43,7 @@ function renderSidebar() {
     item.dataset.id = c.id;
     item.innerHTML = `<button type="button" class="conv-open"></button>
       <button type="button" class="icon conv-rename" title="Rename" aria-label="Rename">&#9998;</button>
-      <button type="button" class="icon conv-delete" title="Delete" aria-label="Delete">&#128465;</button>`;
+      <button type="button" class="icon conv-delete" title="Delete" aria-label="Delete">&#10005;</button>`;
     item.querySelector(".conv-open").textContent = c.title;
     item.querySelector(".conv-open").title = c.title;
     item.querySelector(".conv-open").addEventListener("click", () => {

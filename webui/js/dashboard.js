@@ -148,6 +148,14 @@ function setupCharts() {
   }
 }
 
+// The smallest of 1, 2, 4, 5, 8 times a power of ten that is >= v: four grid steps read well.
+function niceCeil(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 4, 5, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
 function drawChart(c, h) {
   const canvas = $("chart-" + c.id);
   const css = getComputedStyle(document.documentElement);
@@ -160,21 +168,24 @@ function drawChart(c, h) {
   g.scale(dpr, dpr);
   g.clearRect(0, 0, w, ht);
   const left = 44, right = 6, top = 6, bottom = 16;
-  let max = c.max || 0;
-  if (!c.max) for (const p of h) for (const [, key] of c.series) if (p[key] > max) max = p[key];
-  max = max > 0 ? max * 1.15 : 1;
+  let max = c.max;
+  if (!max) {
+    let top = 0;
+    for (const p of h) for (const [, key] of c.series) if (p[key] > top) top = p[key];
+    max = niceCeil(top * 1.05);
+  }
   g.font = "11px system-ui, sans-serif";
   g.fillStyle = css.getPropertyValue("--muted");
   g.strokeStyle = css.getPropertyValue("--border");
   g.lineWidth = 1;
-  for (let i = 0; i <= 3; ++i) {
-    const y = top + ((ht - top - bottom) * i) / 3;
+  for (let i = 0; i <= 4; ++i) {
+    const y = top + ((ht - top - bottom) * i) / 4;
     g.beginPath();
     g.moveTo(left, y);
     g.lineTo(w - right, y);
     g.stroke();
-    const v = max * (1 - i / 3);
-    g.fillText(v >= 100 ? Math.round(v).toString() : v.toFixed(v >= 10 ? 0 : 1), 4, y + 4);
+    const v = max * (1 - i / 4);
+    g.fillText(Number.isInteger(v) ? v.toString() : v.toFixed(v >= 10 ? 0 : v >= 1 ? 1 : 2), 4, y + 4);
   }
   g.fillText(c.unit, 4, ht - 3);
   const x = (i) => left + ((w - left - right) * (i + HISTORY - h.length)) / (HISTORY - 1);

@@ -27,7 +27,10 @@ function loadStyle(href, hljsTheme) {
   const l = document.createElement("link");
   l.rel = "stylesheet";
   l.href = href;
-  if (hljsTheme) l.dataset.hljs = hljsTheme;
+  if (hljsTheme) {
+    l.dataset.hljs = hljsTheme;
+    l.media = document.documentElement.dataset.theme === hljsTheme ? "all" : "not all";
+  }
   document.head.appendChild(l);
 }
 

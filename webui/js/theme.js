@@ -9,8 +9,9 @@ export function currentTheme() {
 
 export function applyTheme(theme = currentTheme()) {
   document.documentElement.dataset.theme = theme;
-  // highlight.js's two style sheets: only the theme's is enabled.
-  for (const link of document.querySelectorAll("link[data-hljs]")) link.disabled = link.dataset.hljs !== theme;
+  // highlight.js's two style sheets: only the theme's applies (media, not `disabled`, which a
+  // sheet still loading forgets).
+  for (const link of document.querySelectorAll("link[data-hljs]")) link.media = link.dataset.hljs === theme ? "all" : "not all";
 }
 
 export function toggleTheme() {
