@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <memory>
 #include <string>
@@ -412,6 +413,7 @@ Status read_llama_server_flags(const Args& a, SamplingDefaults* sd, KvType* kv_t
 Status spec_type_arg(const Args& a, int* spec_ngram, int* draft_max) {
     auto types = a.get("--spec-type");
     if (!types) return Status::ok();
+    if (types->empty()) return invalid_argument("--spec-type needs a type (none, draft-simple or an ngram type)");
     bool any = false, ngram = false;
     std::stringstream list(*types);
     for (std::string t; std::getline(list, t, ',');) {
@@ -635,8 +637,13 @@ int cmd_serve(int argc, char** argv) {
     so.slots_endpoint = !args->has("--no-slots");
     so.webui = !args->has("--no-webui") && !args->has("--no-ui");
     so.slot_save_path = args->get("--slot-save-path").value_or("");
-    if (args->has("--slot-save-path") && so.slot_save_path.empty()) {
-        return fail(invalid_argument("--slot-save-path needs a directory"));
+    if (args->has("--slot-save-path")) {
+        std::error_code ec;
+        if (so.slot_save_path.empty()) return fail(invalid_argument("--slot-save-path needs a directory"));
+        std::filesystem::create_directories(so.slot_save_path, ec);
+        if (ec || !std::filesystem::is_directory(so.slot_save_path)) {
+            return fail(invalid_argument("--slot-save-path " + so.slot_save_path + ": not a directory that can be created"));
+        }
     }
     if (args->has("--slots") && args->has("--no-slots")) return fail(invalid_argument("--slots and --no-slots contradict each other"));
     if (auto mc = args->get("--metrics-compat")) {

@@ -22,7 +22,7 @@ class SlotTracker final : public GenerationSink {
         inner_->delta(res, i, d, lps);
     }
     void token(int i, int32_t id) override {
-        board_->on_token(model_, key(i));
+        board_->on_token(model_, key(i), id);
         inner_->token(i, id);
     }
     void choice_end(HttpResponder& res, int i, const ChoiceEnd& end) override {
@@ -62,7 +62,12 @@ std::unique_ptr<GenerationSink> SlotBoard::track(const GenerationJob& job, std::
     std::vector<uint64_t> keys;
     for (int i = 0; i < n_choices(job); ++i) {  // (a batch: n choices of each prompt)
         Slot c = s;
-        if (!job.prompts.empty()) c.n_prompt = static_cast<int>(job.prompts[static_cast<size_t>(i / job.n)].size());
+        const auto& prompt = job.prompts.empty() ? job.prompt : job.prompts[static_cast<size_t>(i / job.n)];
+        c.n_prompt = static_cast<int>(prompt.size());
+        if (keep_tokens_) {
+            c.tokens.reserve(prompt.size() + static_cast<size_t>(std::max(0, job.params.max_tokens)));
+            c.tokens = prompt;
+        }
         c.sampling.seed += static_cast<uint64_t>(i % job.n);  // as run_generation seeds the choices
         keys.push_back(enter(info.id, std::max(1, info.n_parallel), c));
     }
@@ -101,12 +106,13 @@ SlotBoard::Slot* SlotBoard::find(Model& m, uint64_t key) {
     return nullptr;
 }
 
-void SlotBoard::on_token(const std::string& model, uint64_t key) {
+void SlotBoard::on_token(const std::string& model, uint64_t key, int32_t id) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = models_.find(model);
     if (it == models_.end()) return;
     if (Slot* s = find(it->second, key)) {
         if (s->n_decoded++ == 0) s->t_first = std::chrono::steady_clock::now();
+        if (keep_tokens_) s->tokens.push_back(id);
     }
 }
 
@@ -171,6 +177,97 @@ std::vector<SlotBoard::Slot> SlotBoard::snapshot(const std::string& model, int n
     if (it == models_.end()) return out;
     for (size_t i = 0; i < out.size() && i < it->second.slots.size(); ++i) out[i] = it->second.slots[i];
     return out;
+}
+
+}  // namespace ferrox
+
+namespace ferrox {
+
+Expected<SlotBoard::Slot*> SlotBoard::idle_slot(const std::string& model, int n_parallel, int id) {
+    if (id < 0 || id >= n_parallel) return invalid_argument("Invalid slot ID");
+    Model& m = models_[model];
+    if (static_cast<int>(m.slots.size()) != n_parallel) {
+        m.slots.resize(static_cast<size_t>(n_parallel));
+        m.owner.resize(static_cast<size_t>(n_parallel), 0);
+    }
+    if (m.owner[static_cast<size_t>(id)] != 0) {
+        return unavailable("slot " + std::to_string(id) + " is processing a request; try again when it is idle");
+    }
+    return &m.slots[static_cast<size_t>(id)];
+}
+
+Expected<std::vector<int32_t>> SlotBoard::slot_tokens(const std::string& model, int n_parallel, int id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    FERROX_ASSIGN_OR_RETURN(Slot* s, idle_slot(model, n_parallel, id));
+    std::vector<int32_t> out = s->tokens;
+    if (s->n_decoded > 0 && static_cast<int>(out.size()) > s->n_prompt) out.pop_back();  // sampled, never computed
+    return out;
+}
+
+Status SlotBoard::restore(const std::string& model, int n_parallel, int id, std::vector<int32_t> tokens) {
+    std::lock_guard<std::mutex> lk(mu_);
+    FERROX_ASSIGN_OR_RETURN(Slot* s, idle_slot(model, n_parallel, id));
+    *s = Slot{};
+    s->used = true;
+    s->n_prompt = static_cast<int>(tokens.size());
+    s->tokens = std::move(tokens);
+    return Status::ok();
+}
+
+Expected<size_t> SlotBoard::erase(const std::string& model, int n_parallel, int id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    FERROX_ASSIGN_OR_RETURN(Slot* s, idle_slot(model, n_parallel, id));
+    std::vector<int32_t> kept = std::move(s->tokens);
+    size_t n = kept.size();
+    if (s->n_decoded > 0 && static_cast<int>(n) > s->n_prompt) --n;  // as slot_tokens counts
+    s->tokens.clear();
+    s->n_prompt = 0;
+    s->n_decoded = 0;
+    return n;
+}
+
+namespace {
+constexpr char kSlotMagic[8] = {'F', 'X', 'S', 'L', 'O', 'T', '0', '1'};
+constexpr size_t kSlotHeader = sizeof kSlotMagic + 8;
+
+void put_u32(std::string* out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint32_t get_u32(std::string_view b, size_t at) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(b[at + static_cast<size_t>(i)])) << (8 * i);
+    return v;
+}
+}  // namespace
+
+std::string slot_file_encode(int n_vocab, std::span<const int32_t> tokens) {
+    std::string out(kSlotMagic, sizeof kSlotMagic);
+    out.reserve(kSlotHeader + 4 * tokens.size());
+    put_u32(&out, static_cast<uint32_t>(n_vocab));
+    put_u32(&out, static_cast<uint32_t>(tokens.size()));
+    for (int32_t t : tokens) put_u32(&out, static_cast<uint32_t>(t));
+    return out;
+}
+
+Expected<std::vector<int32_t>> slot_file_decode(std::string_view b, int n_vocab) {
+    if (b.size() < kSlotHeader || b.substr(0, sizeof kSlotMagic) != std::string_view(kSlotMagic, sizeof kSlotMagic)) {
+        return invalid_argument("not a ferrox slot file");
+    }
+    const uint32_t vocab = get_u32(b, sizeof kSlotMagic), n = get_u32(b, sizeof kSlotMagic + 4);
+    if (vocab != static_cast<uint32_t>(n_vocab)) {
+        return invalid_argument("the slot file was saved from a model of " + std::to_string(vocab) +
+                                " tokens; this one has " + std::to_string(n_vocab));
+    }
+    if ((b.size() - kSlotHeader) % 4 != 0 || (b.size() - kSlotHeader) / 4 != n) {
+        return invalid_argument("the slot file is cut short or has trailing bytes");
+    }
+    std::vector<int32_t> tokens(n);
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t t = get_u32(b, kSlotHeader + 4 * static_cast<size_t>(i));
+        if (t >= vocab) return invalid_argument("the slot file holds a token id outside the vocabulary");
+        tokens[i] = static_cast<int32_t>(t);
+    }
+    return tokens;
 }
 
 }  // namespace ferrox

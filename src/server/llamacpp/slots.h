@@ -15,9 +15,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/status.h"
 #include "server/generation.h"
 
 namespace ferrox {
@@ -38,6 +41,9 @@ class SlotBoard {
         std::vector<std::string> stop;
         bool ignore_eos = false;
         std::chrono::steady_clock::time_point t_enter, t_first;  // t_first: of the first token
+        // With keep_tokens(): the prompt, then every generated token (llama-server's
+        // slot->prompt.tokens, what POST /slots/{id}?action=save writes).
+        std::vector<int32_t> tokens;
     };
 
     // Wraps `sink` so that the job's choices occupy slots of its model (job.model) until they
@@ -46,6 +52,19 @@ class SlotBoard {
 
     // The slots of `model` (n_parallel of them), for GET /slots.
     std::vector<Slot> snapshot(const std::string& model, int n_parallel);
+
+    // --slot-save-path: slots keep their tokens (set once, before serving).
+    void keep_tokens(bool on) { keep_tokens_ = on; }
+    bool keeps_tokens() const { return keep_tokens_; }
+
+    // POST /slots/{id}?action=...: kInvalidArgument for an id outside [0, n_parallel),
+    // kFailedPrecondition while the slot runs a request. save: the tokens whose KV the slot
+    // holds (its prompt and generated tokens but the last, which was sampled, never computed);
+    // restore: the slot shows `tokens` as if a request had left them; erase: the slot forgets
+    // its tokens, returning how many it had.
+    Expected<std::vector<int32_t>> slot_tokens(const std::string& model, int n_parallel, int id);
+    Status restore(const std::string& model, int n_parallel, int id, std::vector<int32_t> tokens);
+    Expected<size_t> erase(const std::string& model, int n_parallel, int id);
 
     // Wall time of the tracked requests, summed over models, as llama-server's /metrics counts
     // it: prompt time from submit to the first token (queueing included: ferrox has no
@@ -71,16 +90,28 @@ class SlotBoard {
     };
     friend class SlotTracker;
     uint64_t enter(const std::string& model, int n_parallel, const Slot& s);
-    void on_token(const std::string& model, uint64_t key);
+    void on_token(const std::string& model, uint64_t key, int32_t id);
     void on_text(const std::string& model, uint64_t key, bool new_line);
     void leave(const std::string& model, uint64_t key);
     void account(double prompt_s, double predicted_s, int n_prompt, int n_decoded);
     Slot* find(Model& m, uint64_t key);
+    Expected<Slot*> idle_slot(const std::string& model, int n_parallel, int id);  // mu_ held
 
     std::mutex mu_;
     std::map<std::string, Model> models_;
     Timing total_, window_;
     uint64_t next_key_ = 1;
+    bool keep_tokens_ = false;
 };
+
+// The slot file of POST /slots/{id}?action=save|restore (ferrox's format, not llama.cpp's KV
+// state): magic "FXSLOT01", u32 n_vocab, u32 n_tokens, then n_tokens little-endian i32 ids.
+// The KV is not in the file: a restore submits the tokens as a prompt-only request, so the
+// prefix cache takes them back from wherever it still holds their blocks (the pool, the
+// --cache-ram tier, --cache-dir) and computes the rest.
+std::string slot_file_encode(int n_vocab, std::span<const int32_t> tokens);
+// kInvalidArgument for a file that is not one (magic, size), another vocabulary's, or with
+// ids outside it.
+Expected<std::vector<int32_t>> slot_file_decode(std::string_view bytes, int n_vocab);
 
 }  // namespace ferrox

@@ -17,6 +17,7 @@ namespace ferrox {
 
 void add_completion_route(Router& router, ServerContext& ctx);
 void add_infill_route(Router& router, ServerContext& ctx);
+void add_slot_action_route(Router& router, ServerContext& ctx);
 
 namespace {
 
@@ -243,6 +244,8 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     res->send(200, out, "text/plain; version=0.0.4", {{"Process-Start-Time-Unix", std::to_string(process_start_unix())}});
 }
 
+}  // namespace
+
 // The value of `key` in a raw query string ("" when absent; no percent-decoding: the values
 // /slots takes are plain words).
 std::string query_param(const std::string& query, const std::string& key) {
@@ -257,6 +260,8 @@ std::string query_param(const std::string& query, const std::string& key) {
     }
     return "";
 }
+
+namespace {
 
 // llama-server's GET /slots: one entry per parallel slot of the model (?model= names one; the
 // default model otherwise), busy or not, with the sampling settings and progress of the request
@@ -345,6 +350,7 @@ void add_llamacpp_routes(Router& router, ServerContext& ctx) {
     ctx.slots = std::make_shared<SlotBoard>();
     add_completion_route(router, ctx);
     add_infill_route(router, ctx);
+    add_slot_action_route(router, ctx);
     auto bind = [&ctx](void (*fn)(ServerContext&, RouteRequest&, std::shared_ptr<HttpResponder>)) {
         return [&ctx, fn](RouteRequest& req, std::shared_ptr<HttpResponder> res) { fn(ctx, req, std::move(res)); };
     };

@@ -1,0 +1,261 @@
+"""What llama.cpp's own server tests (bench/llamacpp_suite/run.sh) found missing in ferrox's
+llama-server drop-in, each with its hostile inputs: the flags its harness passes
+(--kv-unified, --swa-full, --spec-type, --spec-draft-n-max/-min, --verbose, --no-ui,
+--backend_sampling, --no-context-shift, -cb, --metrics, --slot-save-path), /metrics' header and
+llamacpp:* names under --metrics, an idle slot's budget, and POST /slots/{id}?action=save|
+restore|erase."""
+import os
+import struct
+import subprocess
+
+import httpx
+import pytest
+
+from conftest import BIN, MODEL, Server, free_port
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="the default model is missing: run `make model`")
+
+# About 90 tokens: two whole KV blocks (32 tokens each) and more, so the prefix cache keeps some.
+LONG = ("The quick brown fox jumps over the lazy dog. Then the dog woke up and chased the fox across "
+        "the field, over the river, through the village and into the dark forest, where an old owl "
+        "watched them both from a high branch and wondered why anyone would run so fast on such a "
+        "warm and quiet afternoon in the middle of the summer")
+
+
+def serve_fails(*flags):
+    p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(free_port()), *flags],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stderr
+    return p.stderr
+
+
+def completion(s, prompt, **kw):
+    r = httpx.post(s.base + "/completion", json={"prompt": prompt, "n_predict": 4, "temperature": 0, **kw},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def slot_action(s, i, action, body=None, **kw):
+    return httpx.post(f"{s.base}/slots/{i}?action={action}", json=body, timeout=120, **kw)
+
+
+# --- command line -------------------------------------------------------------------------
+
+def test_llama_server_harness_command_line_starts():
+    """The command line llama.cpp's test harness builds for its tinyllama2 preset (the hub
+    flags aside), with the flags ferrox refused before."""
+    s = Server("--temp", "0.8", "--seed", "42", "--offline", "--batch-size", "32", "--no-slots", "--alias",
+               "tinyllama-2", "--ctx-size", "512", "--parallel", "2", "--n-predict", "64", "--no-jinja",
+               "--kv-unified", "--swa-full", "--no-context-shift", "-cb", "--backend_sampling", "--no-ui",
+               "--spec-type", "ngram-simple", "--spec-draft-n-max", "4", "--spec-draft-n-min", "1", "--verbose",
+               "--metrics")
+    try:
+        out = completion(s, "Hello")
+        assert out["timings"]["predicted_n"] >= 1
+        assert httpx.get(s.base + "/", timeout=10).status_code == 404  # --no-ui
+    finally:
+        s.stop()
+
+
+def test_spec_type_draft_simple_uses_the_draft_model():
+    s = Server("-md", MODEL, "--spec-type", "draft-simple", "--spec-draft-n-max", "4")
+    try:
+        props = httpx.get(s.base + "/props", timeout=10).json()
+        assert props["speculative"]["draft_model"] == MODEL
+        plain = completion(s, LONG, n_predict=12)
+        assert plain["content"]
+    finally:
+        s.stop()
+
+
+def test_spec_type_none_still_answers_the_same():
+    a = Server("--spec-type", "none")
+    b = Server()
+    try:
+        assert completion(a, LONG, n_predict=12)["content"] == completion(b, LONG, n_predict=12)["content"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--context-shift"], "does not shift the context"),
+    (["--spec-type", "draft-simple"], "needs a draft model"),
+    (["--spec-type", "eagle3"], "'eagle3' is none of"),
+    (["--spec-type", ""], "--spec-type"),
+    (["--spec-type", "none", "-md", MODEL], "contradict"),
+    (["--spec-draft-n-max", "65"], "must be in [0, 64]"),
+    (["--spec-draft-n-max", "-1"], "must be in [0, 64]"),
+    (["--spec-draft-n-max", "lots"], "not an integer"),
+    (["--spec-draft-n-min", "-3"], "--spec-draft-n-min must be >= 0"),
+    (["--slot-save-path", ""], "--slot-save-path needs a directory"),
+    (["--slot-save-path", "/dev/null/slots"], "not a directory that can be created"),
+])
+def test_refused_llama_server_flags(flags, says):
+    assert says in serve_fails(*flags)
+
+
+def test_no_kv_unified_is_noted():
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", str(free_port()), "-t", "1", "--no-kv-unified"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = p.stdout.readline()
+        assert "--no-kv-unified" in line and "shared" in line, line
+    finally:
+        p.terminate()
+        p.wait(timeout=15)
+
+
+# --- /metrics and /slots ------------------------------------------------------------------
+
+def test_metrics_flag_gives_llamacpp_names_and_start_time():
+    s = Server("--metrics")
+    try:
+        completion(s, "Hello")
+        r = httpx.get(s.base + "/metrics", timeout=10)
+        assert r.status_code == 200
+        assert "llamacpp:tokens_predicted_total" in r.text and "ferrox_" in r.text
+        start = int(r.headers["Process-Start-Time-Unix"])
+        assert 1_600_000_000 < start <= int(httpx.get(s.base + "/metrics", timeout=10).headers["Process-Start-Time-Unix"])
+    finally:
+        s.stop()
+
+
+def test_idle_slot_shows_no_budget(server):
+    completion(server, "Hello", n_predict=6)
+    for slot in httpx.get(server.base + "/slots", timeout=10).json():
+        assert slot["is_processing"] is False
+        if "next_token" in slot:
+            assert slot["next_token"][0]["n_remain"] == -1
+            assert slot["next_token"][0]["n_decoded"] == 0
+
+
+# --- POST /slots/{id}?action=save|restore|erase --------------------------------------------
+
+@pytest.fixture(scope="module")
+def slot_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("slots"))
+
+
+@pytest.fixture(scope="module")
+def slot_srv(slot_dir):
+    s = Server("-np", "1", "--slot-save-path", slot_dir)
+    yield s
+    s.stop()
+
+
+def test_slot_save_writes_the_slots_tokens(slot_srv, slot_dir):
+    out = completion(slot_srv, LONG, n_predict=5)
+    n_prompt = out["tokens_evaluated"]
+    r = slot_action(slot_srv, 0, "save", {"filename": "long.bin"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # the prompt and the generated tokens but the last (sampled, never computed), as llama-server
+    assert body["id_slot"] == 0 and body["filename"] == "long.bin"
+    assert body["n_saved"] == n_prompt + out["tokens_predicted"] - 1
+    assert body["timings"]["save_ms"] >= 0
+    data = open(os.path.join(slot_dir, "long.bin"), "rb").read()
+    assert body["n_written"] == len(data) == 16 + 4 * body["n_saved"]
+    assert data[:8] == b"FXSLOT01"
+    n_vocab, n = struct.unpack_from("<II", data, 8)
+    assert n == body["n_saved"] and n_vocab > 1000
+    toks = httpx.post(slot_srv.base + "/tokenize", json={"content": LONG}, timeout=10).json()["tokens"]
+    assert list(struct.unpack_from(f"<{len(toks)}i", data, 16)) == toks
+
+
+def test_slot_restore_after_a_restart_reuses_the_prefix(slot_dir):
+    """The saved tokens come back in a new process: the next request with that beginning
+    computes only what is past the restored whole blocks."""
+    s = Server("-np", "1", "--slot-save-path", slot_dir)
+    try:
+        r = slot_action(s, 0, "restore", {"filename": "long.bin"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        n = body["n_restored"]
+        assert n > 64 and body["n_read"] == 16 + 4 * n and body["filename"] == "long.bin"
+        out = completion(s, LONG)
+        assert out["timings"]["cache_n"] >= 64  # whole 32-token blocks of the restored prompt
+        assert out["timings"]["cache_n"] + out["timings"]["prompt_n"] == out["tokens_evaluated"]
+        slot = httpx.get(s.base + "/slots", timeout=10).json()[0]
+        assert slot["is_processing"] is False
+    finally:
+        s.stop()
+
+
+def test_slot_erase_forgets_the_tokens(slot_srv):
+    completion(slot_srv, "Hello there", n_predict=3)
+    r = slot_action(slot_srv, 0, "erase")
+    assert r.status_code == 200, r.text
+    assert r.json()["id_slot"] == 0 and r.json()["n_erased"] > 0
+    r = slot_action(slot_srv, 0, "save", {"filename": "empty.bin"})
+    assert r.status_code == 200 and r.json()["n_saved"] == 0
+    r = slot_action(slot_srv, 0, "restore", {"filename": "empty.bin"})
+    assert r.status_code == 200 and r.json()["n_restored"] == 0
+
+
+def test_slot_actions_need_slot_save_path(server):
+    r = slot_action(server, 0, "save", {"filename": "x.bin"})
+    assert r.status_code == 501
+    assert r.json()["error"]["type"] == "not_supported_error"
+    assert "--slot-save-path" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path, body, status, says", [
+    ("/slots/0?action=save", {}, 400, "filename"),
+    ("/slots/0?action=save", {"filename": 5}, 400, "filename"),
+    ("/slots/0?action=save", {"filename": None}, 400, "filename"),
+    ("/slots/0?action=save", [1, 2], 400, "JSON object"),
+    ("/slots/0?action=save", {"filename": "../escape.bin"}, 400, "Invalid filename"),
+    ("/slots/0?action=save", {"filename": "a/b.bin"}, 400, "Invalid filename"),
+    ("/slots/0?action=save", {"filename": ".hidden"}, 400, "Invalid filename"),
+    ("/slots/0?action=save", {"filename": "x" * 300}, 400, "Invalid filename"),
+    ("/slots/0?action=save", {"filename": "a\nb"}, 400, "Invalid filename"),
+    ("/slots/0?action=save", {"filename": ""}, 400, "Invalid filename"),
+    ("/slots/1?action=save", {"filename": "x.bin"}, 400, "Invalid slot ID"),  # -np 1
+    ("/slots/-1?action=save", {"filename": "x.bin"}, 400, "Invalid slot ID"),
+    ("/slots/abc?action=erase", None, 400, "Invalid slot ID"),
+    ("/slots/99999999999999999999?action=erase", None, 400, "Invalid slot ID"),
+    ("/slots/0", None, 400, "Invalid action"),
+    ("/slots/0?action=delete", None, 400, "Invalid action"),
+    ("/slots/0?action=restore", {"filename": "missing.bin"}, 400, "Unable to restore slot"),
+])
+def test_slot_action_hostile_inputs(slot_srv, path, body, status, says):
+    r = httpx.post(slot_srv.base + path, json=body, timeout=30)
+    assert r.status_code == status, r.text
+    assert says in r.json()["error"]["message"]
+
+
+def test_slot_action_body_not_json(slot_srv):
+    r = httpx.post(slot_srv.base + "/slots/0?action=save", content=b"{not json", timeout=30)
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"", "not a ferrox slot file"),
+    (b"GGUF" + b"\0" * 60, "not a ferrox slot file"),
+    (b"FXSLOT01" + struct.pack("<II", 7, 1) + struct.pack("<i", 1), "model of 7 tokens"),
+    (None, "cut short"),          # a header that promises more tokens than follow
+    ("oov", "outside the vocabulary"),
+    ("big", "do not fit the context"),
+])
+def test_slot_restore_refuses_broken_files(slot_srv, slot_dir, data, says):
+    n_vocab = struct.unpack_from("<I", open(os.path.join(slot_dir, "long.bin"), "rb").read(), 8)[0]
+    if data is None:
+        data = b"FXSLOT01" + struct.pack("<II", n_vocab, 10) + struct.pack("<3i", 1, 2, 3)
+    elif data == "oov":
+        data = b"FXSLOT01" + struct.pack("<II", n_vocab, 2) + struct.pack("<2I", 1, n_vocab)
+    elif data == "big":
+        data = b"FXSLOT01" + struct.pack("<II", n_vocab, 100_000) + b"\1\0\0\0" * 100_000
+    with open(os.path.join(slot_dir, "broken.bin"), "wb") as f:
+        f.write(data)
+    r = slot_action(slot_srv, 0, "restore", {"filename": "broken.bin"})
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"]
+    assert httpx.get(slot_srv.base + "/health", timeout=10).status_code == 200
+
+
+def test_slot_restore_of_a_slot_file_from_a_directory_is_refused(slot_srv, slot_dir):
+    os.makedirs(os.path.join(slot_dir, "adir.bin"), exist_ok=True)
+    r = slot_action(slot_srv, 0, "restore", {"filename": "adir.bin"})
+    assert r.status_code == 400
