@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -636,6 +637,27 @@ int cmd_serve(int argc, char** argv) {
     so.embedding_only = args->has("--embedding");
     so.slots_endpoint = !args->has("--no-slots");
     so.webui = !args->has("--no-webui") && !args->has("--no-ui");
+    // Vertex AI's custom-container variables, as llama-server reads them: AIP_MODE=PREDICTION
+    // serves AIP_PREDICT_ROUTE (default /predict) on AIP_HTTP_PORT (default 8080).
+    if (const char* mode = std::getenv("AIP_MODE"); mode && std::string(mode) == "PREDICTION") {
+        const char* route = std::getenv("AIP_PREDICT_ROUTE");
+        const char* health = std::getenv("AIP_HEALTH_ROUTE");
+        const char* aip_port = std::getenv("AIP_HTTP_PORT");
+        so.gcp.predict_route = route && *route ? route : "/predict";
+        so.gcp.health_route = health ? health : "";
+        for (const std::string& r : {so.gcp.predict_route, so.gcp.health_route}) {
+            if (!r.empty() && r[0] != '/') return fail(invalid_argument("AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE must start with /"));
+        }
+        const std::string p = aip_port && *aip_port ? aip_port : "8080";
+        char* end = nullptr;
+        const long v = std::strtol(p.c_str(), &end, 10);
+        if (*end != '\0' || v < 0 || v > 65535) return fail(invalid_argument("AIP_HTTP_PORT must be a port number"));
+        if (static_cast<int>(v) != so.http.port) {
+            std::fprintf(stderr, "ferrox: AIP_MODE=PREDICTION: port %d from AIP_HTTP_PORT replaces %d\n", static_cast<int>(v),
+                         so.http.port);
+        }
+        so.http.port = static_cast<int>(v);
+    }
     so.slot_save_path = args->get("--slot-save-path").value_or("");
     if (args->has("--slot-save-path")) {
         std::error_code ec;

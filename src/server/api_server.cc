@@ -5,6 +5,7 @@
 #include "server/llamacpp/llamacpp.h"
 #include "server/openai/openai.h"
 #include "server/response_store.h"
+#include "server/gcp_predict.h"
 #include "server/router.h"
 #include "server/webui/webui_routes.h"
 #include "server/workers.h"
@@ -45,6 +46,8 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     add_llamacpp_routes(*s->router_, ctx);
     add_admin_routes(*s->router_, ctx);
     if (opts.webui) add_webui_routes(*s->router_);
+    // Last: it dispatches to the routes above.
+    if (Status st = add_gcp_predict_routes(*s->router_, opts.gcp); !st.is_ok()) return st;
 
     HttpServerOptions ho = opts.http;
     const Router* router = s->router_.get();

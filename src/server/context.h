@@ -12,6 +12,7 @@
 #include "engine/model_registry.h"
 #include "engine/served_model.h"
 #include "server/api_error.h"
+#include "server/gcp_predict.h"
 #include "server/http.h"
 #include "server/responder.h"
 
@@ -61,6 +62,7 @@ struct ApiServerOptions {
     bool slots_endpoint = true;         // --no-slots: GET /slots answers 501
     bool metrics_llamacpp = false;      // --metrics-compat llamacpp: /metrics adds llamacpp:* names
     std::string slot_save_path;         // --slot-save-path: POST /slots/{id}?action=save|restore files
+    GcpPredictOptions gcp;              // AIP_MODE=PREDICTION: Vertex AI's /predict (gcp_predict.h)
     bool webui = true;                  // --no-webui: no chat page at / nor dashboard (404)
 };
 

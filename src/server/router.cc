@@ -54,6 +54,14 @@ Router::Router(RouterOptions options, Workers* workers) : options_(std::move(opt
 
 void Router::add(Route route) { routes_.push_back(std::move(route)); }
 
+std::vector<std::string> Router::paths(const std::string& method) const {
+    std::vector<std::string> out;
+    for (const Route& r : routes_) {
+        if (r.method == method) out.push_back(r.path);
+    }
+    return out;
+}
+
 Protocol Router::protocol_for(const std::string& path) const {
     std::vector<std::string> params;
     for (const Route& r : routes_) {

@@ -56,6 +56,8 @@ class Router {
     void add(Route route);
     // I/O thread: matches, checks, and hands the route to a worker.
     void handle(HttpRequest&& req, std::shared_ptr<HttpResponder> res) const;
+    // The paths of the routes of `method`, in the order they were added.
+    std::vector<std::string> paths(const std::string& method) const;
     // The protocol whose shape errors on `path` take (for errors the HTTP layer answers).
     Protocol protocol_for(const std::string& path) const;
 

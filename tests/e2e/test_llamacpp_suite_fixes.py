@@ -259,3 +259,130 @@ def test_slot_restore_of_a_slot_file_from_a_directory_is_refused(slot_srv, slot_
     os.makedirs(os.path.join(slot_dir, "adir.bin"), exist_ok=True)
     r = slot_action(slot_srv, 0, "restore", {"filename": "adir.bin"})
     assert r.status_code == 400
+
+
+# --- /props -------------------------------------------------------------------------------
+
+def test_props_report_the_servers_sampling_defaults():
+    s = Server("--temp", "0.3", "--seed", "42", "--top-k", "7", "--repeat-penalty", "1.1")
+    try:
+        params = httpx.get(s.base + "/props", timeout=10).json()["default_generation_settings"]["params"]
+        assert params["temperature"] == 0.3 and params["seed"] == 42 and params["top_k"] == 7
+        assert params["repeat_penalty"] == 1.1
+    finally:
+        s.stop()
+
+
+def test_props_seed_is_minus_one_without_seed(server):
+    params = httpx.get(server.base + "/props", timeout=10).json()["default_generation_settings"]["params"]
+    assert params["seed"] == -1 and params["temperature"] == 0.8
+
+
+# --- Vertex AI's prediction protocol (AIP_MODE=PREDICTION) --------------------------------
+
+class AipServer:
+    """ferrox serve as a Vertex AI custom container starts it: the port from AIP_HTTP_PORT."""
+
+    def __init__(self, *extra, **env):
+        import time
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        e = {**os.environ, "AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(self.port), **env}
+        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "-t", "1", "-c", "1024", "--port", "1", *extra],
+                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.proc.stdout.read()
+            try:
+                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("not ready")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def aip():
+    s = AipServer("--api-key", "k1", AIP_HEALTH_ROUTE="/healthz")
+    yield s
+    s.stop()
+
+
+def predict(s, body, key="k1"):
+    return httpx.post(s.base + "/predict", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+
+def test_predict_runs_each_instance_through_its_route(aip):
+    r = predict(aip, {"instances": [
+        {"@requestFormat": "chatCompletions", "max_tokens": 4, "temperature": 0,
+         "messages": [{"role": "user", "content": "Say hello"}]},
+        {"@requestFormat": "/v1/completions", "prompt": PARIS_PROMPT, "max_tokens": 2, "temperature": 0,
+         "stream": True},
+        {"@requestFormat": "tokenize", "content": "Hello world"},
+        {"@requestFormat": "embeddings", "input": "x"},
+    ]})
+    assert r.status_code == 200, r.text
+    p = r.json()["predictions"]
+    assert len(p) == 4
+    assert p[0]["choices"][0]["message"]["role"] == "assistant" and p[0]["choices"][0]["message"]["content"]
+    assert p[1]["object"] == "text_completion" and p[1]["choices"][0]["text"]  # streamed: sent whole
+    assert p[2]["tokens"] == httpx.post(aip.base + "/tokenize", json={"content": "Hello world"},
+                                        headers={"Authorization": "Bearer k1"}, timeout=10).json()["tokens"]
+    assert "error" in p[3]  # a route's error is that instance's prediction
+
+
+PARIS_PROMPT = "The capital of France is"
+
+
+def test_predict_needs_the_api_key(aip):
+    assert predict(aip, {"instances": []}, key="wrong").status_code == 401
+
+
+def test_predict_health_route(aip):
+    assert httpx.get(aip.base + "/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("body, says", [
+    ({}, "array field named instances"),
+    ({"instances": {"a": 1}}, "array field named instances"),
+    ({"instances": [{"@requestFormat": "tokenize", "content": "a"}] * 129}, "maximum size of 128"),
+])
+def test_predict_hostile_bodies(aip, body, says):
+    r = predict(aip, body)
+    assert r.status_code == 400 and says in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("instance, says", [
+    (5, "must be a JSON object"),
+    ({"content": "a"}, "string @requestFormat"),
+    ({"@requestFormat": 3}, "string @requestFormat"),
+    ({"@requestFormat": "predict"}, "no handler"),  # itself: not a route it dispatches to
+    ({"@requestFormat": "noSuchRoute"}, "no handler"),
+    ({"@requestFormat": "/v1/models/{id}"}, "no handler"),
+])
+def test_predict_hostile_instances(aip, instance, says):
+    r = predict(aip, {"instances": [instance, {"@requestFormat": "tokenize", "content": "a"}]})
+    assert r.status_code == 200
+    p = r.json()["predictions"]
+    assert says in p[0]["error"]["message"] and "tokens" in p[1]
+
+
+def test_predict_is_off_without_aip_mode(server):
+    assert httpx.post(server.base + "/predict", json={"instances": []}, timeout=10).status_code == 404
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"AIP_HTTP_PORT": "80000"}, "AIP_HTTP_PORT"),
+    ({"AIP_HTTP_PORT": "x"}, "AIP_HTTP_PORT"),
+    ({"AIP_PREDICT_ROUTE": "predict"}, "must start with /"),
+    ({"AIP_PREDICT_ROUTE": "/completion"}, "one of the server's own routes"),
+])
+def test_bad_aip_variables_are_refused(env, says):
+    p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(free_port())], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "AIP_MODE": "PREDICTION", **env})
+    assert p.returncode != 0 and says in p.stderr

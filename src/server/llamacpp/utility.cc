@@ -79,8 +79,20 @@ void route_props(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponde
     ApiError err;
     if (!ctx.acquire("", &m, &err, ModelUse::kAny)) return Router::send_error(*res, Protocol::kLlamaCpp, err);
     const ModelInfo& info = m->info();
-    json params = {{"n_predict", ctx.opts.default_max_tokens}, {"temperature", 0.8}, {"top_k", 40},
-                   {"top_p", 0.95}, {"min_p", 0.05}, {"seed", -1}, {"cache_prompt", info.prefix_cache}};
+    // The defaults a request that sets nothing gets: llama-server's flags (--temp, --seed, ...).
+    const SamplingDefaults& sd = ctx.opts.sampling;
+    const SamplingParams& sp = sd.params;
+    json params = {{"n_predict", ctx.opts.default_max_tokens},
+                   {"temperature", echo_float(sp.temperature)},
+                   {"top_k", sp.top_k},
+                   {"top_p", echo_float(sp.top_p)},
+                   {"min_p", echo_float(sp.min_p)},
+                   {"repeat_penalty", echo_float(sp.repeat_penalty)},
+                   {"repeat_last_n", sp.penalty_last_n},
+                   {"presence_penalty", echo_float(sp.presence_penalty)},
+                   {"frequency_penalty", echo_float(sp.frequency_penalty)},
+                   {"seed", sd.seeded ? json(sp.seed) : json(-1)},
+                   {"cache_prompt", info.prefix_cache}};
     json props = {
         {"default_generation_settings", {{"n_ctx", info.n_ctx}, {"params", params}}},
         {"total_slots", info.n_parallel},
