@@ -69,6 +69,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -268,8 +269,6 @@ class HttpServer::Impl {
           handler_(std::move(handler)),
           ioc_(options.n_io_threads),
           accept_strand_(asio::make_strand(ioc_)),
-          acceptor_(accept_strand_),
-          accept_retry_(accept_strand_),
           work_(asio::make_work_guard(ioc_)) {
         hub_->ex = ioc_.get_executor();
     }
@@ -292,9 +291,16 @@ class HttpServer::Impl {
     void unregister(Connection* conn, bool counted, const std::string& client);
 
   private:
-    void do_accept();
-    void retry_accept_later();
-    void on_accept(error_code ec, tcp::socket socket);
+    // One listening socket per address of --host (llama-server takes a comma-separated list).
+    struct Listener {
+        explicit Listener(asio::strand<asio::io_context::executor_type>& strand) : acceptor(strand), retry(strand) {}
+        tcp::acceptor acceptor;
+        asio::steady_timer retry;
+    };
+    Status listen_on(const std::string& host, int port, bool several);
+    void do_accept(Listener& l);
+    void retry_accept_later(Listener& l);
+    void on_accept(Listener& l, error_code ec, tcp::socket socket);
     void admit(tcp::socket socket);
 
     // Declaration order is destruction order reversed: the io_context outlives the acceptor
@@ -304,8 +310,7 @@ class HttpServer::Impl {
     HttpHandler handler_;
     asio::io_context ioc_;
     asio::strand<asio::io_context::executor_type> accept_strand_;
-    tcp::acceptor acceptor_;
-    asio::steady_timer accept_retry_;
+    std::deque<Listener> listeners_;  // a deque: handlers hold references to its elements
     asio::executor_work_guard<asio::io_context::executor_type> work_;
     std::vector<std::thread> threads_;
     int port_ = 0;
@@ -1141,31 +1146,55 @@ HttpServer::Impl::~Impl() {
     // The io_context is destroyed last; with it, handlers never run and what they own.
 }
 
+// `host` may list several addresses separated by commas ("127.0.0.1,::1"): each gets a socket,
+// all on one port (with port 0, the one the first was given).
 Status HttpServer::Impl::listen() {
-    const HttpServerOptions& o = options_;
+    const std::string& hosts = options_.host;
+    size_t i = 0;
+    int port = options_.port;
+    do {
+        size_t comma = hosts.find(',', i);
+        if (comma == std::string::npos) comma = hosts.size();
+        std::string host = hosts.substr(i, comma - i);
+        while (!host.empty() && host.front() == ' ') host.erase(0, 1);
+        while (!host.empty() && host.back() == ' ') host.pop_back();
+        if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+        if (host.empty()) return invalid_argument("http: an empty address in --host '" + hosts + "'");
+        FERROX_RETURN_IF_ERROR(listen_on(host, port, hosts.find(',') != std::string::npos));
+        port = port_;
+        i = comma + 1;
+    } while (i <= hosts.size());
+    for (Listener& l : listeners_) do_accept(l);  // no thread runs yet, so starting here is not a race
+    return Status::ok();
+}
+
+Status HttpServer::Impl::listen_on(const std::string& host, int port, bool several) {
     error_code ec;
     tcp::endpoint ep;
-    auto addr = asio::ip::make_address(o.host, ec);
+    auto addr = asio::ip::make_address(host, ec);
     if (!ec) {
-        ep = tcp::endpoint(addr, static_cast<unsigned short>(o.port));
+        ep = tcp::endpoint(addr, static_cast<unsigned short>(port));
     } else {
         tcp::resolver resolver(ioc_);
-        auto results = resolver.resolve(o.host, std::to_string(o.port), ec);
+        auto results = resolver.resolve(host, std::to_string(port), ec);
         if (ec || results.empty()) {
-            return invalid_argument("http: cannot resolve host '" + o.host + "': " + ec.message());
+            return invalid_argument("http: cannot resolve host '" + host + "': " + ec.message());
         }
         ep = results.begin()->endpoint();
     }
-    std::string where = o.host + ":" + std::to_string(o.port);
-    acceptor_.open(ep.protocol(), ec);
+    std::string where = host + ":" + std::to_string(port);
+    Listener& l = listeners_.emplace_back(accept_strand_);
+    tcp::acceptor& a = l.acceptor;
+    a.open(ep.protocol(), ec);
     if (ec) return io_error("http: socket for " + where + ": " + ec.message());
-    acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    acceptor_.bind(ep, ec);
+    a.set_option(tcp::acceptor::reuse_address(true), ec);
+    // Beside other addresses, "::" takes IPv6 only (else it would also take 0.0.0.0's port).
+    if (several && ep.protocol() == tcp::v6()) a.set_option(asio::ip::v6_only(true), ec);
+    a.bind(ep, ec);
     if (ec) return io_error("http: bind " + where + ": " + ec.message());
-    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    a.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return io_error("http: listen " + where + ": " + ec.message());
-    port_ = acceptor_.local_endpoint(ec).port();
-    do_accept();  // no thread runs yet, so starting it here is not a race
+    port_ = a.local_endpoint(ec).port();
     return Status::ok();
 }
 
@@ -1186,30 +1215,30 @@ void HttpServer::Impl::start_threads() {
     }
 }
 
-void HttpServer::Impl::do_accept() {
-    acceptor_.async_accept(asio::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
+void HttpServer::Impl::do_accept(Listener& l) {
+    l.acceptor.async_accept(asio::make_strand(ioc_), [this, &l](error_code ec, tcp::socket socket) {
         try {
-            on_accept(ec, std::move(socket));
+            on_accept(l, ec, std::move(socket));
         } catch (const std::exception& e) {
             FERROX_LOG_ERROR("http: accept handler caught: %s", e.what());
-            retry_accept_later();
+            retry_accept_later(l);
         } catch (...) {
             FERROX_LOG_ERROR("http: accept handler caught a non-std exception");
-            retry_accept_later();
+            retry_accept_later(l);
         }
     });
 }
 
 // Out of descriptors, memory and the like: back off instead of spinning.
-void HttpServer::Impl::retry_accept_later() {
+void HttpServer::Impl::retry_accept_later(Listener& l) {
     try {
-        accept_retry_.expires_after(std::chrono::milliseconds(100));
-        accept_retry_.async_wait([this](error_code ec) {
-            if (ec || !acceptor_.is_open()) return;
+        l.retry.expires_after(std::chrono::milliseconds(100));
+        l.retry.async_wait([this, &l](error_code ec) {
+            if (ec || !l.acceptor.is_open()) return;
             try {
-                do_accept();
+                do_accept(l);
             } catch (...) {
-                retry_accept_later();
+                retry_accept_later(l);
             }
         });
     } catch (...) {
@@ -1217,18 +1246,18 @@ void HttpServer::Impl::retry_accept_later() {
     }
 }
 
-void HttpServer::Impl::on_accept(error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+void HttpServer::Impl::on_accept(Listener& l, error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !l.acceptor.is_open()) return;
     if (ec) {
         FERROX_LOG_WARN("http: accept: %s", ec.message().c_str());
-        return retry_accept_later();
+        return retry_accept_later(l);
     }
     try {
         admit(std::move(socket));
     } catch (const std::exception& e) {
         FERROX_LOG_ERROR("http: dropping a new connection: %s", e.what());
     }
-    do_accept();
+    do_accept(l);
 }
 
 void HttpServer::Impl::admit(tcp::socket socket) {
@@ -1317,8 +1346,10 @@ void HttpServer::Impl::shutdown(int grace_ms) {
     }
     asio::post(accept_strand_, [this] {
         error_code ignored;
-        acceptor_.close(ignored);
-        accept_retry_.cancel();
+        for (Listener& l : listeners_) {
+            l.acceptor.close(ignored);
+            l.retry.cancel();
+        }
     });
     post_to_all([](Connection& c) { c.begin_shutdown(); });
     {

@@ -386,3 +386,49 @@ def test_bad_aip_variables_are_refused(env, says):
     p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(free_port())], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "AIP_MODE": "PREDICTION", **env})
     assert p.returncode != 0 and says in p.stderr
+
+
+# --- --host with several addresses ---------------------------------------------------------
+
+def ipv6_loopback():
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")
+def test_host_list_listens_on_each_address():
+    port = free_port()
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "-t", "1", "--host", "127.0.0.1, [::1]", "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        import time
+        for base in [f"http://127.0.0.1:{port}", f"http://[::1]:{port}"]:
+            deadline = time.time() + 60
+            while True:
+                assert p.poll() is None, p.stdout.read()
+                try:
+                    if httpx.get(base + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    assert time.time() < deadline
+                time.sleep(0.1)
+            r = httpx.post(base + "/completion", json={"prompt": "Hi", "n_predict": 2}, timeout=60)
+            assert r.status_code == 200
+    finally:
+        p.terminate()
+        p.wait(timeout=15)
+
+
+@pytest.mark.parametrize("host, says", [
+    ("127.0.0.1,", "an empty address"),
+    (",127.0.0.1", "an empty address"),
+    ("127.0.0.1,127.0.0.1", "bind"),
+    ("127.0.0.1,no.such.host.invalid", "cannot resolve"),
+])
+def test_host_list_hostile(host, says):
+    assert says in serve_fails("--host", host)
