@@ -40,7 +40,12 @@ void Postprocessor::mask_main() {
 }
 
 void Postprocessor::prepare(Sequence& s) {
-    s.sampler = std::make_unique<Sampler>(s.params.sampling, n_vocab_);
+    const SamplingParams& sp = s.params.sampling;
+    std::shared_ptr<const DryBreakers> breakers;
+    if (sp.dry_multiplier != 0.0f && sp.dry_base >= 1.0f && sp.dry_penalty_last_n != 0 && sp.mirostat == 0) {
+        breakers = dry_breakers(sp.dry_sequence_breakers);
+    }
+    s.sampler = std::make_unique<Sampler>(sp, n_vocab_, std::move(breakers));
     s.text = std::make_unique<TextStream>(tok_, s.params.stop, s.params.render_special);
     if (s.params.grammar) {
         s.matcher = std::make_unique<grammar::Matcher>(grammar_runtime(s.params.grammar, s.params.render_special));
@@ -74,6 +79,19 @@ std::shared_ptr<grammar::GrammarRuntime> Postprocessor::grammar_runtime(
     }
     grammars_.push_back({std::make_shared<grammar::GrammarRuntime>(g, vocab), special, grammar_clock_});
     return grammars_.back().rt;
+}
+
+std::shared_ptr<const DryBreakers> Postprocessor::dry_breakers(const std::vector<std::string>& breakers) {
+    for (const auto& [list, b] : dry_breakers_) {
+        if (list == breakers) return b;
+    }
+    auto b = build_dry_breakers(
+        breakers, n_vocab_, [&](int32_t id) { return tok_.token_to_piece(id, true); },
+        [&](std::string_view text) { return tok_.encode(text, false, false); });
+    constexpr size_t kKeep = 8;
+    if (dry_breakers_.size() >= kKeep) dry_breakers_.erase(dry_breakers_.begin());
+    dry_breakers_.emplace_back(breakers, b);
+    return b;
 }
 
 void Postprocessor::launch_masks(const BatchPlan& plan) {

@@ -72,6 +72,9 @@ private:
     void emit_prompt_logprobs(Sequence& s, const BatchSeq& b, const float* rows);
     std::shared_ptr<grammar::GrammarRuntime> grammar_runtime(const std::shared_ptr<const grammar::Grammar>& g,
                                                              bool special);
+    // DRY's processed sequence breakers for a list (a pass over the vocabulary: the last few
+    // lists are kept, the default one among them).
+    std::shared_ptr<const DryBreakers> dry_breakers(const std::vector<std::string>& breakers);
 
     const Tokenizer& tok_;
     ForwardModel& model_;
@@ -96,6 +99,8 @@ private:
     std::vector<grammar::Matcher*> mask_jobs_;    // guarded by mask_mu_
     bool mask_busy_ = false, mask_stop_ = false;  // guarded by mask_mu_
     bool masks_launched_ = false;
+
+    std::vector<std::pair<std::vector<std::string>, std::shared_ptr<const DryBreakers>>> dry_breakers_;
 
     std::vector<int32_t> pre_;                   // each entry's first token, drawn in parallel
     std::vector<std::pair<int, int>> pre_rows_;  // (entry, logits row) drawn in parallel

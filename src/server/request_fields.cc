@@ -7,6 +7,94 @@
 
 namespace ferrox {
 
+namespace {
+
+bool read_float(const Fields& f, const char* key, double lo, double hi, float* out, ApiError* err) {
+    double d = *out;
+    if (!f.number(key, lo, hi, &d, err)) return false;
+    *out = static_cast<float>(d);
+    return true;
+}
+
+bool read_int(const Fields& f, const char* key, int64_t lo, int64_t hi, int* out, ApiError* err) {
+    int64_t i = *out;
+    if (!f.integer(key, lo, hi, &i, err)) return false;
+    *out = static_cast<int>(i);
+    return true;
+}
+
+// llama.cpp's further samplers under llama-server's names (its OpenAI routes take the same).
+bool read_llama_samplers(const Fields& f, SamplingParams* sp, ApiError* err) {
+    constexpr int64_t kIntMax = INT32_MAX;
+    const float default_dry_base = sp->dry_base;
+    if (!read_float(f, "dry_multiplier", 0, 100, &sp->dry_multiplier, err) ||
+        !read_float(f, "dry_base", 0, 100, &sp->dry_base, err) ||
+        !read_int(f, "dry_allowed_length", 0, kIntMax, &sp->dry_allowed_length, err) ||
+        !read_int(f, "dry_penalty_last_n", -1, kIntMax, &sp->dry_penalty_last_n, err) ||
+        !read_float(f, "xtc_probability", 0, 1, &sp->xtc_probability, err) ||
+        !read_float(f, "xtc_threshold", 0, 1, &sp->xtc_threshold, err) ||
+        !read_float(f, "typical_p", 0, 1, &sp->typical_p, err) ||
+        !read_float(f, "top_n_sigma", -1, 100, &sp->top_n_sigma, err) ||
+        !read_float(f, "dynatemp_range", 0, 100, &sp->dynatemp_range, err) ||
+        !read_float(f, "dynatemp_exponent", 0, 100, &sp->dynatemp_exponent, err) ||
+        !read_int(f, "mirostat", 0, 2, &sp->mirostat, err) ||
+        !read_float(f, "mirostat_tau", 0, 100, &sp->mirostat_tau, err) ||
+        !read_float(f, "mirostat_eta", 0, 10, &sp->mirostat_eta, err)) {
+        return false;
+    }
+    if (sp->dry_base < 1.0f) sp->dry_base = default_dry_base;  // llama.cpp: < 1 takes the default
+    const json* v = nullptr;
+    if (!f.array("dry_sequence_breakers", &v, err)) return false;
+    if (v) {
+        constexpr size_t kMaxBreakers = 64;
+        const std::string param = f.name("dry_sequence_breakers");
+        if (v->empty() || v->size() > kMaxBreakers) {
+            *err = bad_param(param, "Invalid '" + param + "': expected a non-empty array of at most " +
+                                        std::to_string(kMaxBreakers) + " strings.");
+            return false;
+        }
+        sp->dry_sequence_breakers.clear();
+        for (size_t i = 0; i < v->size(); ++i) {
+            if (!(*v)[i].is_string()) {
+                *err = wrong_type(param + "[" + std::to_string(i) + "]", "a string", (*v)[i]);
+                return false;
+            }
+            sp->dry_sequence_breakers.push_back((*v)[i].get<std::string>());
+        }
+    }
+    // The order: llama.cpp's names (["top_k", "temperature"]) or its letters ("kt").
+    if (const json* o = f.find("samplers")) {
+        const std::string param = f.name("samplers");
+        std::string bad;
+        bool ok = false;
+        if (o->is_string()) {
+            ok = parse_sampler_chars(o->get<std::string>(), &sp->samplers, &bad);
+        } else if (o->is_array() && o->size() <= 64) {
+            std::vector<std::string> names;
+            for (const json& n : *o) {
+                if (!n.is_string()) {
+                    *err = wrong_type(param, "a string or an array of sampler names", *o);
+                    return false;
+                }
+                names.push_back(n.get<std::string>());
+            }
+            ok = parse_sampler_names(names, &sp->samplers, &bad);
+        } else {
+            *err = wrong_type(param, "a string or an array of sampler names", *o);
+            return false;
+        }
+        if (!ok) {
+            *err = bad_param(param, "Invalid '" + param + "': unknown sampler '" + bad +
+                                        "' (names: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, "
+                                        "temperature; letters: e d s k y p m x t).");
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
                    ApiError* err) {
     SamplingParams& sp = params->sampling;
@@ -55,7 +143,7 @@ bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationPara
     int64_t n_max = -1;
     if (!f.integer("speculative.n_max", 0, 64, &n_max, err)) return false;
     params->draft_max = !speculative ? 0 : static_cast<int>(n_max);
-    return true;
+    return read_llama_samplers(f, &sp, err);
 }
 
 bool read_logit_bias(const Fields& f, const ServedModel& model, SamplingParams* sp, ApiError* err) {

@@ -21,7 +21,8 @@ struct SamplingLimits {
 };
 
 // temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
-// repetition_penalty / repeat_penalty, repeat_last_n, seed (the server's default seed, else a
+// repetition_penalty / repeat_penalty, repeat_last_n, llama.cpp's further samplers (dry_*,
+// xtc_*, typical_p, top_n_sigma, dynatemp_*, mirostat*, samplers), seed (the server's default seed, else a
 // random one, when absent; *seeded says whether the client gave it), ignore_eos, cache_prompt;
 // each field a request does not set keeps limits.defaults' value.
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
