@@ -281,7 +281,8 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--max-tokens-cap"}, true, "cap every request's max_tokens at this (default: no cap)"},
     {{"--request-timeout"}, true, "end a request after this many seconds, with what it has (default: none)"},
     {{"--config"}, true, "read flags from FILE, one per line (\"--port 8080\"; '#' comments); later flags win"},
-    {{"--metrics-compat"}, true, "llamacpp: /metrics also carries llama-server's llamacpp:* metrics (its dashboards work unchanged)"},
+    {{"--metrics-compat"}, true, "llamacpp, vllm (repeatable or comma-separated): /metrics also carries llama-server's llamacpp:* names (its dashboards work unchanged) or vLLM's vllm:* names (the Inference Extension's endpoint picker, vllm-router)"},
+    {{"--drain-timeout"}, true, "on SIGTERM: not ready at once, new requests 503, running ones get this many seconds to finish, then end (default 30)"},
     {{"--slots"}, false, "llama-server: GET /slots lists the parallel slots (the default)"},
     {{"--no-slots"}, false, "llama-server: GET /slots answers 501, as llama-server's"},
     {{"--no-webui"}, false, "no chat page at / and no dashboard at /dashboard (404)"},
@@ -483,6 +484,26 @@ Expected<std::string> reasoning_kwargs(const Args& a) {
     return enable.empty() ? std::string() : "{\"enable_thinking\": " + enable + "}";
 }
 
+// SIGTERM's graceful drain: the server turns not-ready and refuses new requests (503 with
+// Retry-After), the running ones get up to `timeout_s` to finish; a second SIGTERM or a SIGINT
+// ends the wait. Idle must hold over a few polls: a request admitted just before the drain may
+// still be on its way to the engine.
+void drain(ApiServer& server, const sigset_t& sigs, double timeout_s) {
+    std::fprintf(stderr, "ferrox: SIGTERM: draining (not ready; up to %gs for running requests)\n", timeout_s);
+    server.drain();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    int n_idle = 0;
+    while (n_idle < 3) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+            std::fprintf(stderr, "ferrox: drain timeout: ending the requests still running\n");
+            return;
+        }
+        const timespec poll = {0, 50 * 1000 * 1000};
+        if (sigtimedwait(&sigs, nullptr, &poll) > 0) return;  // asked again: stop now
+        n_idle = server.idle() ? n_idle + 1 : 0;
+    }
+}
+
 int cmd_serve(int argc, char** argv) {
     // --config FILE: its flags (one per line, "flag value", '#' comments) go where it stands,
     // so later flags on the command line override earlier ones from the file.
@@ -515,12 +536,16 @@ int cmd_serve(int argc, char** argv) {
     argv = argv_all.data();
     // --api-key, -m, --alias and --cors-origin may repeat: collect every value before the
     // single-value parser sees them (the n-th --alias names the n-th model).
-    std::vector<std::string> keys, model_paths, aliases, cors;
+    std::vector<std::string> keys, model_paths, aliases, cors, metrics_compat;
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
         if (i >= 2 && a == "--cors-origin" && i + 1 < argc) {
             cors.push_back(argv[++i]);
+            continue;
+        }
+        if (i >= 2 && a == "--metrics-compat" && i + 1 < argc) {
+            metrics_compat.push_back(argv[++i]);
             continue;
         }
         if (i >= 2 && a == "--api-key" && i + 1 < argc) {
@@ -610,6 +635,10 @@ int cmd_serve(int argc, char** argv) {
     auto max_prompt = args->get_int("--max-prompt-tokens", 0);
     auto max_tokens_cap = args->get_int("--max-tokens-cap", 0);
     auto timeout = args->get_float("--request-timeout", 0);
+    auto drain_timeout = args->get_float("--drain-timeout", 30);
+    if (!drain_timeout.has_value() || !(*drain_timeout >= 0) || *drain_timeout > 86400) {
+        return fail(invalid_argument("--drain-timeout must be seconds in [0, 86400]"));
+    }
     if (!max_prompt.has_value() || !max_tokens_cap.has_value() || !timeout.has_value() || *max_prompt < 0 ||
         *max_tokens_cap < 0 || *timeout < 0) {
         return fail(invalid_argument("--max-prompt-tokens, --max-tokens-cap and --request-timeout must be numbers >= 0"));
@@ -668,9 +697,21 @@ int cmd_serve(int argc, char** argv) {
         }
     }
     if (args->has("--slots") && args->has("--no-slots")) return fail(invalid_argument("--slots and --no-slots contradict each other"));
-    if (auto mc = args->get("--metrics-compat")) {
-        if (*mc != "llamacpp") return fail(invalid_argument("--metrics-compat takes llamacpp (llama-server's metric names)"));
-        so.metrics_llamacpp = true;
+    for (const std::string& list : metrics_compat) {
+        size_t i = 0;
+        while (i <= list.size()) {
+            const size_t comma = std::min(list.find(',', i), list.size());
+            const std::string name = list.substr(i, comma - i);
+            i = comma + 1;
+            if (name == "llamacpp") {
+                so.metrics_llamacpp = true;
+            } else if (name == "vllm") {
+                so.metrics_vllm = true;
+            } else {
+                return fail(invalid_argument("--metrics-compat takes llamacpp (llama-server's metric names) or vllm "
+                                             "(vLLM's), repeated or comma-separated; not '" + name + "'"));
+            }
+        }
     }
     if (args->has("--metrics")) so.metrics_llamacpp = true;  // llama-server's command line: its names
     std::string pooling = args->get("--pooling").value_or("");
@@ -794,8 +835,9 @@ int cmd_serve(int argc, char** argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (sig == SIGTERM) drain(**server, sigs, *drain_timeout);
     std::fprintf(stderr, "ferrox: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    (*server)->shutdown(5000);
+    (*server)->shutdown(5000);  // cancels what is still running: each stream gets its end
     return 0;
 }
 

@@ -53,6 +53,11 @@ std::string EngineMetrics::prometheus() const {
     metric("ferrox_kv_blocks_used", "gauge", "KV cache blocks referenced by sequences.", st.kv_blocks_used);
     metric("ferrox_kv_blocks_total", "gauge", "KV cache blocks in the pool.", st.kv_blocks_total);
     metric("ferrox_kv_blocks_cached", "gauge", "KV cache blocks indexed by the prefix cache.", st.kv_blocks_cached);
+    // The model server protocol's KV utilization: one fraction (a scorer takes 1 - usage), blocks
+    // held by live sequences; cached blocks no sequence holds are evictable, so they count as free.
+    metric("ferrox_kv_cache_usage_ratio", "gauge",
+           "KV cache blocks held by live sequences over the pool's blocks (evictable cached blocks are free).",
+           st.kv_blocks_total > 0 ? static_cast<double>(st.kv_blocks_used) / st.kv_blocks_total : 0.0);
     counter("ferrox_requests_total", "Requests admitted to generation.", st.n_requests);
     counter("ferrox_prompt_tokens_total", "Prompt tokens processed.", st.n_prompt_tokens);
     counter("ferrox_generated_tokens_total", "Tokens generated.", st.n_generated_tokens);

@@ -7,6 +7,7 @@
 #include "server/response_store.h"
 #include "server/gcp_predict.h"
 #include "server/router.h"
+#include "server/router_protocol.h"
 #include "server/webui/webui_routes.h"
 #include "server/workers.h"
 
@@ -37,7 +38,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     };
     ro.stopping = [weak] {
         auto c = weak.lock();
-        return !c || c->stopping.load();
+        return !c || c->stopping.load() || c->draining.load();
     };
     s->router_ = std::make_unique<Router>(std::move(ro), ctx.workers.get());
     add_openai_routes(*s->router_, ctx);
@@ -45,6 +46,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     add_anthropic_routes(*s->router_, ctx);
     add_llamacpp_routes(*s->router_, ctx);
     add_admin_routes(*s->router_, ctx);
+    add_router_protocol_routes(*s->router_, ctx);
     if (opts.webui) add_webui_routes(*s->router_);
     // Last: it dispatches to the routes above.
     if (Status st = add_gcp_predict_routes(*s->router_, opts.gcp); !st.is_ok()) return st;
@@ -68,6 +70,18 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
 }
 
 int ApiServer::port() const { return http_->port(); }
+
+void ApiServer::drain() {
+    if (ctx_) ctx_->draining.store(true);
+}
+
+bool ApiServer::idle() const {
+    for (const auto& m : ctx_->models()) {
+        const ServedModel::Load l = m->load();
+        if (l.n_running > 0 || l.n_waiting > 0) return false;
+    }
+    return true;
+}
 
 void ApiServer::shutdown(int grace_ms) {
     if (!ctx_ || ctx_->stopping.exchange(true)) return;

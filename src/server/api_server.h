@@ -29,6 +29,12 @@ class ApiServer {
     ~ApiServer();
 
     int port() const;
+    // Graceful drain (SIGTERM): from now on the server is not ready (/health/ready 503) and
+    // refuses new requests with 503 + Retry-After in each protocol's shape; running ones go on.
+    // Any thread; idempotent. shutdown() ends what is still running.
+    void drain();
+    // No generation is running or queued in any model (the drain can end).
+    bool idle() const;
     // Stop accepting, cancel generation, let responses end within grace_ms, stop the engines.
     void shutdown(int grace_ms);
 

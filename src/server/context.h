@@ -61,6 +61,7 @@ struct ApiServerOptions {
     bool embedding_only = false;        // --embedding: generating routes answer 501 not_supported_error
     bool slots_endpoint = true;         // --no-slots: GET /slots answers 501
     bool metrics_llamacpp = false;      // --metrics-compat llamacpp: /metrics adds llamacpp:* names
+    bool metrics_vllm = false;          // --metrics-compat vllm: /metrics adds vllm:* names (router_protocol.h)
     std::string slot_save_path;         // --slot-save-path: POST /slots/{id}?action=save|restore files
     GcpPredictOptions gcp;              // AIP_MODE=PREDICTION: Vertex AI's /predict (gcp_predict.h)
     bool webui = true;                  // --no-webui: no chat page at / nor dashboard (404)
@@ -69,6 +70,9 @@ struct ApiServerOptions {
 struct ServerContext {
     ApiServerOptions opts;
     std::atomic<bool> stopping{false};
+    // SIGTERM's drain (ApiServer::drain): /health and /health/ready answer 503 and new requests
+    // to ready-gated routes a 503 with Retry-After, while those running finish.
+    std::atomic<bool> draining{false};
     std::unique_ptr<Workers> workers;
     std::unique_ptr<ResponseStore> responses;
     std::shared_ptr<ModelRegistry> registry;

@@ -12,6 +12,7 @@
 #include "server/openai/openai.h"
 #include "server/request_fields.h"
 #include "server/router.h"
+#include "server/router_protocol.h"
 
 namespace ferrox {
 
@@ -22,6 +23,8 @@ void add_slot_action_route(Router& router, ServerContext& ctx);
 namespace {
 
 void route_tokenize(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
+    // vLLM's form (what vllm-router's cache_aware policy sends): no "content", a prompt or messages.
+    if (is_vllm_tokenize_body(req)) return route_tokenize_vllm(ctx, req, std::move(res));
     const Fields f{req.body, ""};
     ApiError err;
     auto fail = [&](const ApiError& e) { Router::send_error(*res, Protocol::kLlamaCpp, e); };
@@ -56,7 +59,9 @@ void route_detokenize(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     if (!t || !t->is_array()) return fail(bad_param("tokens", "'tokens' must be an array of token ids."));
     std::vector<int32_t> ids;
     if (!read_token_ids(*t, "tokens", *m, &ids, &err)) return fail(err);
-    res->send(200, dump(json{{"content", m->detokenize(ids)}}));
+    // Both servers take {"tokens"}: llama.cpp answers "content", vLLM "prompt"; both keys.
+    const std::string text = m->detokenize(ids);
+    res->send(200, dump(json{{"content", text}, {"prompt", text}}));
 }
 
 void route_apply_template(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
@@ -229,8 +234,10 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     // Families must not be split: gather every model's lines per family, in order.
     std::vector<std::string> order;
     std::map<std::string, std::string> families;
+    std::vector<std::string> texts(models.size());  // each engine's text, read once per scrape
     for (size_t k = 0; k < models.size(); ++k) {
-        const std::string text = labelled(models[k]->prometheus(), models[k]->info().id, true);
+        texts[k] = models[k]->prometheus();
+        const std::string text = labelled(texts[k], models[k]->info().id, true);
         std::string family;
         size_t i = 0;
         while (i < text.size()) {
@@ -249,7 +256,9 @@ void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpRespon
     }
     std::string out;
     for (const auto& f : order) out += families[f];
+    out += cache_config_info_metrics(models);  // the model server protocol's cache description
     out += ctx.cache_audit.prometheus();  // server-wide: by reason, no model label
+    if (ctx.opts.metrics_vllm) out += vllm_metrics(models, texts);
     if (ctx.opts.metrics_llamacpp) out += llamacpp_metrics(ctx, models);
     // llama-server's header: when the process started (Unix seconds), so a scraper tells a
     // restart (counters back to zero) from a counter reset.
@@ -342,7 +351,8 @@ void route_slots(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResp
 // with the reason, for load balancers.
 void route_health(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     const bool ready_route = req.http.path == "/health/ready";
-    if (ctx.stopping.load()) {
+    if (ctx.stopping.load() || ctx.draining.load()) {
+        // Draining (SIGTERM): not ready, so load balancers and routers send nothing new.
         res->send(503, dump(json{{"status", "shutting down"}}), "application/json", {{"Retry-After", "1"}});
     } else if (!ctx.ready()) {
         json body = {{"status", "loading model"}};
