@@ -47,8 +47,10 @@ Sampler::Sampler(const SamplingParams& params, int n_vocab, std::shared_ptr<cons
     : params_(params), n_vocab_(n_vocab), rng_(params.seed), breakers_(std::move(breakers)) {
     cand_.reserve(n_vocab);
     counts_.assign(n_vocab, 0);
+    const std::vector<SamplerKind> fast = {SamplerKind::kPenalties, SamplerKind::kTopK, SamplerKind::kTopP,
+                                           SamplerKind::kMinP, SamplerKind::kTemperature};
     general_ = params.mirostat != 0 || params.dynatemp_range > 0.0f ||
-               active_order(params, params.samplers) != active_order(params, default_sampler_order());
+               active_order(params, params.samplers) != active_order(params, fast);
     if (general_) {
         chain_.reserve(static_cast<size_t>(n_vocab));
         dry_max_.assign(static_cast<size_t>(n_vocab), 0);
@@ -674,6 +676,12 @@ void Sampler::chain_top_k(const float* logits, int k) {
         full_ = false;
         chain_.clear();
         for (const auto& [l, id] : cand_) chain_.push_back({id, l, 0.0f});
+        // Fewer finite logits than k: llama.cpp's top k then holds -inf ones too (which of
+        // them is unspecified; they weigh 0), and the count matters to dynamic temperature.
+        const float kNegInf = -std::numeric_limits<float>::infinity();
+        for (int32_t i = 0; i < n_vocab_ && chain_.size() < static_cast<size_t>(k); ++i) {
+            if (logits[i] == kNegInf) chain_.push_back({i, kNegInf, 0.0f});
+        }
         sorted_ = false;
     }
     const size_t kk = std::min(chain_.size(), static_cast<size_t>(k));
