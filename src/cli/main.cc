@@ -337,6 +337,22 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--presence-penalty"}, true, "llama-server: default presence penalty (default 0)"},
     {{"--frequency-penalty"}, true, "llama-server: default frequency penalty (default 0)"},
     {{"-s", "--seed"}, true, "llama-server: default seed of requests that set none (default -1: random)"},
+    {{"--dry-multiplier"}, true, "llama-server: default DRY multiplier (default 0: off)"},
+    {{"--dry-base"}, true, "llama-server: default DRY base (default 1.75)"},
+    {{"--dry-allowed-length"}, true, "llama-server: default DRY allowed length (default 2)"},
+    {{"--dry-penalty-last-n"}, true, "llama-server: default DRY window (default 64; -1: the whole sequence; 0: off)"},
+    {{"--dry-sequence-breaker"}, true, "llama-server: a DRY sequence breaker replacing the defaults (\\n : \" *); none: no breakers"},
+    {{"--xtc-probability"}, true, "llama-server: default XTC probability (default 0: off)"},
+    {{"--xtc-threshold"}, true, "llama-server: default XTC threshold (default 0.1)"},
+    {{"--typical", "--typical-p"}, true, "llama-server: default typical-p (default 1: off)"},
+    {{"--top-nsigma", "--top-n-sigma"}, true, "llama-server: default top-n-sigma (default -1: off)"},
+    {{"--dynatemp-range"}, true, "llama-server: default dynamic temperature range (default 0: off)"},
+    {{"--dynatemp-exp"}, true, "llama-server: default dynamic temperature exponent (default 1)"},
+    {{"--mirostat"}, true, "llama-server: default mirostat version (0 off, 1, 2)"},
+    {{"--mirostat-lr"}, true, "llama-server: default mirostat eta (default 0.1)"},
+    {{"--mirostat-ent"}, true, "llama-server: default mirostat tau (default 5)"},
+    {{"--samplers"}, true, "llama-server: default sampler order, names separated by ';' (default penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"},
+    {{"--sampler-seq", "--sampling-seq"}, true, "llama-server: default sampler order in letters (default edskypmxt)"},
     {{}, false, "llama-server compatibility"},
     {{"-ctk", "--cache-type-k"}, true, "llama-server: KV cache type (f16 or q8_0; K and V share one type here)"},
     {{"-ctv", "--cache-type-v"}, true, "llama-server: the same for V"},
@@ -361,6 +377,51 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--slot-save-path"}, true, "llama-server: directory of POST /slots/{id}?action=save|restore files (without it, those actions answer 501)"},
 };
 
+// llama-server's defaults of its further samplers (DRY, XTC, typical-p, top-n-sigma, dynamic
+// temperature, mirostat, the order), with the ranges the request fields take.
+Status read_llama_sampler_flags(const Args& a, SamplingParams* sp) {
+    FERROX_ASSIGN_OR_RETURN(sp->dry_multiplier, a.get_float("--dry-multiplier", sp->dry_multiplier));
+    FERROX_ASSIGN_OR_RETURN(sp->dry_base, a.get_float("--dry-base", sp->dry_base));
+    FERROX_ASSIGN_OR_RETURN(sp->dry_allowed_length, a.get_int("--dry-allowed-length", sp->dry_allowed_length));
+    FERROX_ASSIGN_OR_RETURN(sp->dry_penalty_last_n, a.get_int("--dry-penalty-last-n", sp->dry_penalty_last_n));
+    if (auto b = a.get("--dry-sequence-breaker")) {
+        sp->dry_sequence_breakers.clear();
+        if (*b != "none") sp->dry_sequence_breakers.push_back(*b);
+    }
+    FERROX_ASSIGN_OR_RETURN(sp->xtc_probability, a.get_float("--xtc-probability", sp->xtc_probability));
+    FERROX_ASSIGN_OR_RETURN(sp->xtc_threshold, a.get_float("--xtc-threshold", sp->xtc_threshold));
+    FERROX_ASSIGN_OR_RETURN(sp->typical_p, a.get_float("--typical", sp->typical_p));
+    FERROX_ASSIGN_OR_RETURN(sp->top_n_sigma, a.get_float("--top-nsigma", sp->top_n_sigma));
+    FERROX_ASSIGN_OR_RETURN(sp->dynatemp_range, a.get_float("--dynatemp-range", sp->dynatemp_range));
+    FERROX_ASSIGN_OR_RETURN(sp->dynatemp_exponent, a.get_float("--dynatemp-exp", sp->dynatemp_exponent));
+    FERROX_ASSIGN_OR_RETURN(sp->mirostat, a.get_int("--mirostat", sp->mirostat));
+    FERROX_ASSIGN_OR_RETURN(sp->mirostat_eta, a.get_float("--mirostat-lr", sp->mirostat_eta));
+    FERROX_ASSIGN_OR_RETURN(sp->mirostat_tau, a.get_float("--mirostat-ent", sp->mirostat_tau));
+    std::string bad;
+    if (auto names = a.get("--samplers")) {
+        std::vector<std::string> list;
+        for (size_t at = 0; at <= names->size();) {
+            const size_t end = std::min(names->find(';', at), names->size());
+            list.push_back(names->substr(at, end - at));
+            at = end + 1;
+        }
+        if (!parse_sampler_names(list, &sp->samplers, &bad)) return invalid_argument("--samplers: unknown sampler '" + bad + "'");
+    }
+    if (auto seq = a.get("--sampler-seq"); seq && !parse_sampler_chars(*seq, &sp->samplers, &bad)) {
+        return invalid_argument("--sampler-seq: unknown sampler letter '" + bad + "' (letters: e d s k y p m x t)");
+    }
+    if (!(sp->dry_multiplier >= 0) || !(sp->dry_base >= 0) || sp->dry_allowed_length < 0 ||
+        sp->dry_penalty_last_n < -1 || !(sp->xtc_probability >= 0 && sp->xtc_probability <= 1) ||
+        !(sp->xtc_threshold >= 0 && sp->xtc_threshold <= 1) || !(sp->typical_p >= 0) ||
+        !(sp->dynatemp_range >= 0) || !(sp->dynatemp_exponent >= 0) || sp->mirostat < 0 || sp->mirostat > 2 ||
+        !(sp->mirostat_tau >= 0) || !(sp->mirostat_eta >= 0)) {
+        return invalid_argument("sampler defaults out of range: --dry-* >= 0 (--dry-penalty-last-n >= -1), "
+                                "--xtc-* in [0, 1], --mirostat 0, 1 or 2, the rest >= 0");
+    }
+    if (sp->dry_base < 1.0f) sp->dry_base = SamplingParams{}.dry_base;  // llama.cpp: < 1 takes the default
+    return Status::ok();
+}
+
 // llama-server's flags that ferrox takes with their meaning: the sampling defaults of requests
 // that set none, the KV cache type (-ctk/-ctv: one type for K and V here), and flags with
 // nothing to do on this build (accepted; a note where llama-server would use a GPU).
@@ -381,6 +442,7 @@ Status read_llama_server_flags(const Args& a, SamplingDefaults* sd, KvType* kv_t
         return invalid_argument("sampling defaults out of range: --temp >= 0, --top-k >= -1, --top-p and --min-p in "
                                 "[0, 1], --repeat-penalty > 0, --repeat-last-n >= -1, penalties in [-2, 2]");
     }
+    FERROX_RETURN_IF_ERROR(read_llama_sampler_flags(a, &sp));
     if (auto seed = a.get("-s"); seed && *seed != "-1") {
         FERROX_ASSIGN_OR_RETURN(sp.seed, a.get_u64("-s", 0));
         sd->seeded = true;
