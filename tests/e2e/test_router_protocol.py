@@ -257,6 +257,9 @@ def test_sigterm_drains_running_requests():
     assert r.status_code == 503 and r.headers["retry-after"] and r.json()["type"] == "error"
     r = httpx.post(s.base + "/completion", json={"prompt": "hi"})
     assert r.status_code == 503 and r.headers["retry-after"] and r.json()["error"]["code"] == 503
+    # /metrics stays up while draining: the scraper sees the running request end.
+    r = httpx.get(s.base + "/metrics")
+    assert r.status_code == 200 and metric_value(r.text, "ferrox_requests_running") == 1
     st.thread.join(60)
     assert st.error is None and st.status == 200
     assert st.lines[-1] == "data: [DONE]"

@@ -230,6 +230,15 @@ int64_t process_start_unix() {
 }
 
 void route_metrics(ServerContext& ctx, RouteRequest&, std::shared_ptr<HttpResponder> res) {
+    // Served while draining (the gauges show the running requests ending), not before a model
+    // is ready or once the server stops.
+    if (ctx.stopping.load() || !ctx.ready()) {
+        ApiError e;
+        e.status = 503;
+        e.type = "server_error";
+        e.message = ctx.stopping.load() ? "The server is shutting down." : "The model is still loading.";
+        return Router::send_error(*res, Protocol::kLlamaCpp, e);
+    }
     const auto models = ctx.models();
     // Families must not be split: gather every model's lines per family, in order.
     std::vector<std::string> order;
@@ -380,7 +389,8 @@ void add_llamacpp_routes(Router& router, ServerContext& ctx) {
     router.add({.method = "POST", .path = "/detokenize", .protocol = Protocol::kLlamaCpp, .fn = bind(route_detokenize), .json_body = true});
     router.add({.method = "POST", .path = "/apply-template", .protocol = Protocol::kLlamaCpp, .fn = bind(route_apply_template), .json_body = true});
     router.add({.method = "GET", .path = "/props", .protocol = Protocol::kLlamaCpp, .fn = bind(route_props)});
-    router.add({.method = "GET", .path = "/metrics", .protocol = Protocol::kLlamaCpp, .fn = bind(route_metrics)});
+    router.add({.method = "GET", .path = "/metrics", .protocol = Protocol::kLlamaCpp, .fn = bind(route_metrics),
+                .needs_ready = false});
     router.add({.method = "GET", .path = "/slots", .protocol = Protocol::kLlamaCpp, .fn = bind(route_slots)});
     for (const char* path : {"/health", "/health/ready"}) {
         router.add({.method = "GET", .path = path, .protocol = Protocol::kLlamaCpp, .fn = bind(route_health),
