@@ -270,10 +270,24 @@ def test_sigterm_drains_running_requests():
     assert time.time() - t0 < 30
 
 
+def raw_stream(base, path, body, out):
+    with httpx.stream("POST", base + path, json=body, timeout=30) as r:
+        out[path] = [l for l in r.iter_lines() if l]
+
+
 def test_drain_timeout_ends_a_long_request():
     s = Server("--drain-timeout", "1")
     st = Stream(s.base, 1900)
     assert st.first.wait(30)
+    # Anthropic's and llama.cpp's streams cut off too, each with its protocol's last event.
+    others = {}
+    threads = [threading.Thread(target=raw_stream, args=(s.base, path, body, others)) for path, body in (
+        ("/v1/messages", {"model": "m", "max_tokens": 1900, "stream": True, "ignore_eos": True,
+                          "messages": [{"role": "user", "content": "Tell a long story."}]}),
+        ("/completion", {"prompt": "Tell a long story.", "n_predict": 1900, "stream": True, "ignore_eos": True}))]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
     t0 = time.time()
     s.proc.send_signal(signal.SIGTERM)
     assert s.proc.wait(timeout=15) == 0
@@ -283,6 +297,11 @@ def test_drain_timeout_ends_a_long_request():
     assert st.error is None and st.lines[-1] == "data: [DONE]"
     n = sum(1 for c in st.chunks() if c["choices"] and c["choices"][0]["delta"].get("content"))
     assert 0 < n < 1900
+    for t in threads:
+        t.join(15)
+    assert others["/v1/messages"][-1] == 'data: {"type":"message_stop"}'
+    last = json.loads(others["/completion"][-1][6:])
+    assert last["stop"] is True and 0 < last["tokens_predicted"] < 1900
 
 
 def test_idle_sigterm_exits_at_once():
