@@ -653,7 +653,10 @@ void Sampler::chain_top_n_sigma(std::span<float> logits) {
         const float mean = valid > 0 ? sum / static_cast<float>(valid) : 0;
         float acc = 0;
         for (size_t i = 0; i < size; ++i) {
-            if (logit_at(i) != kNegInf) acc += static_cast<float>(std::pow(logit_at(i) - mean, 2));
+            if (logit_at(i) != kNegInf) {  // llama.cpp's pow(d, 2): d * d in double, exact
+                const double d = logit_at(i) - mean;
+                acc += static_cast<float>(d * d);
+            }
         }
         const float sd = valid > 0 ? std::sqrt(acc / static_cast<float>(valid)) : 0;
         for (size_t i = 0; i < size; ++i) {
@@ -849,13 +852,46 @@ int32_t Sampler::chain_draw() {
 
 // Mirostat (v1: llama_sampler_mirostat_apply, m = 100; v2: llama_sampler_mirostat_v2_apply)
 // after the temperature; mu moves by eta toward the target surprise tau after each draw.
+// llama.cpp sorts the whole vocabulary for it each token (a few ms on 49,152 tokens); the same
+// kept set comes from the probabilities in one vectorized pass and only the tokens that can
+// be kept collected and sorted: v2 keeps the prefix of surprise <= mu, those at or above a
+// logit bound; v1 estimates s from the 100 most likely and keeps its top k.
 int32_t Sampler::chain_mirostat(const float* logits) {
     const SamplingParams& p = params_;
-    materialize(logits);
-    chain_temp(p.temperature);
-    chain_softmax(true);
+    const int32_t n = n_vocab_;
+    const float mx = max_finite(logits, n);
+    auto finish = [&](int32_t tok) {
+        float p_sel = 0;
+        for (const TokenData& t : chain_) {
+            if (t.id == tok) p_sel = t.p;
+        }
+        mu_ -= p.mirostat_eta * (-std::log2(p_sel) - p.mirostat_tau);
+        return tok;
+    };
+    full_ = false;
+    if (!std::isfinite(mx) || p.temperature <= 0.0f) {  // one token left: surprise 0
+        chain_.assign(1, {static_cast<int32_t>(argmax_first(logits, n)), 0.0f, 1.0f});
+        sorted_ = true;
+        chain_softmax(true);
+        return finish(chain_draw());
+    }
+    const float inv_t = 1.0f / p.temperature;
+    weights_.resize(static_cast<size_t>(n));
+    const double sum = exp_shifted(logits, mx, inv_t, weights_.data(), n);
+    // The candidates at or above a raw-logit floor, sorted, with their probabilities in the
+    // whole distribution (llama.cpp's softmax before the cut).
+    auto take = [&](float floor) {
+        collect(logits, floor);
+        chain_.clear();
+        for (const auto& [l, id] : cand_) {
+            chain_.push_back({id, l * inv_t, static_cast<float>(weights_[static_cast<size_t>(id)] / sum)});
+        }
+        std::sort(chain_.begin(), chain_.end(), data_by_logit<TokenData, TokenData>);
+        sorted_ = true;
+    };
     if (p.mirostat == 1) {
         constexpr int kM = 100;
+        take(top_k_logit_floor(logits, n, kM, chunk_max_));
         float sum_ti_bi = 0.0f, sum_ti_sq = 0.0f;
         for (size_t i = 0; i < static_cast<size_t>(kM - 1) && i + 1 < chain_.size(); ++i) {
             const float t_i = std::log(static_cast<float>(i + 2) / static_cast<float>(i + 1));
@@ -866,25 +902,27 @@ int32_t Sampler::chain_mirostat(const float* logits) {
         const float s_hat = sum_ti_bi / sum_ti_sq;
         const float epsilon_hat = s_hat - 1;
         const float k = std::pow((epsilon_hat * std::pow(2.0f, mu_)) /
-                                     (1 - std::pow(static_cast<float>(n_vocab_), -epsilon_hat)),
+                                     (1 - std::pow(static_cast<float>(n), -epsilon_hat)),
                                  1 / s_hat);
         // top-k with max(int(k), 1): llama.cpp converts the float as x86 does, NaN and values
         // out of int's range to INT_MIN, so those keep one token.
         const int kk = k > -2147483648.0f && k < 2147483648.0f ? std::max(static_cast<int>(k), 1) : 1;
+        if (static_cast<size_t>(kk) > chain_.size() && chain_.size() < static_cast<size_t>(n)) {
+            take(kk >= n ? -std::numeric_limits<float>::infinity() : top_k_logit_floor(logits, n, kk, chunk_max_));
+        }
         chain_.resize(std::min(chain_.size(), static_cast<size_t>(kk)));
     } else {
+        // surprise -log2(w / sum) <= mu  <=>  logit >= mx + t (ln sum - mu ln 2); a little
+        // below that bound, then the exact test on the sorted prefix.
+        const float bound = mx + p.temperature * static_cast<float>(std::log(sum) - mu_ * std::log(2.0));
+        take(bound - 1e-3f * (1.0f + std::fabs(bound)));
         size_t keep = 0;
         while (keep < chain_.size() && !(-std::log2(chain_[keep].p) > mu_)) ++keep;
-        chain_.resize(std::max<size_t>(keep, 1));
+        if (chain_.empty()) take(mx);
+        chain_.resize(std::max<size_t>(std::min(keep, chain_.size()), 1));
     }
     chain_softmax(true);
-    const int32_t tok = chain_draw();
-    float p_sel = 0;
-    for (const TokenData& t : chain_) {
-        if (t.id == tok) p_sel = t.p;
-    }
-    mu_ -= p.mirostat_eta * (-std::log2(p_sel) - p.mirostat_tau);
-    return tok;
+    return finish(chain_draw());
 }
 
 }  // namespace ferrox

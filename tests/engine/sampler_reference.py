@@ -372,6 +372,13 @@ def toy_tokenize(text):
     return [TOY_PIECES.index(ch) for ch in text]
 
 
+def formula_logits(n):
+    """l_i = -sqrt(i * 2654435761 mod n): a permutation of -sqrt(0 .. n-1) for a prime n, a
+    long-tailed distribution; integer arithmetic and one correctly rounded float32 sqrt, so the
+    C++ test computes the same logits."""
+    return [float(-F(np.sqrt(F((i * 2654435761) % n)))) for i in range(n)]
+
+
 def cases():
     rng = np.random.default_rng(31)
     n = 40
@@ -409,13 +416,28 @@ def cases():
     add("order_chars", {"samplers": "xkty", "xtc_probability": 1.0, "xtc_threshold": 0.08, "top_k": 10,
                         "temperature": 0.6, "typical_p": 0.7}, scale=3.0)
     add("greedy_after_xtc", {**off, "xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0}, scale=3.0)
+    # Larger vocabularies, where ferrox's mirostat and top-k collect from a logit floor instead
+    # of sorting everything: logits from a formula both sides compute exactly (integer hash,
+    # one correctly rounded float32 division), not stored.
+    for name, p in [("mirostat_v1_large", {**off, "mirostat": 1, "temperature": 1.0, "mirostat_tau": 5.0,
+                                           "mirostat_eta": 0.1, "mu": 11.0}),
+                    ("mirostat_v2_large", {**off, "mirostat": 2, "temperature": 0.9, "mirostat_tau": 5.0,
+                                           "mirostat_eta": 0.1, "mu": 9.0}),
+                    ("chain_large", {"top_n_sigma": 3.0, "top_k": 50, "typical_p": 0.9, "min_p": 0.01,
+                                     "temperature": 0.8, "dynatemp_range": 0.4})]:
+        out.append({"name": name, "params": p, "logits_formula": 3001, "history": [], "breakers": {}})
     for c in out:
+        if "logits_formula" in c:
+            c["logits"] = formula_logits(c["logits_formula"])
         b = {int(k): v for k, v in c["breakers"].items()}
-        c["kept"] = [[i, round(p, 8)] for i, p in run_chain(c["logits"], c["history"], c["params"], b)]
+        c["kept"] = [[i, float(f"{p:.7g}")] for i, p in run_chain(c["logits"], c["history"], c["params"], b)]
         if c["name"].startswith("dry"):  # the case must show DRY at work
             plain = run_chain(c["logits"], c["history"], {**c["params"], "dry_multiplier": 0}, b)
             assert max(abs(p - q) for (_, p), (_, q) in zip(sorted(plain), sorted(run_chain(
                 c["logits"], c["history"], c["params"], b)))) > 1e-6, c["name"]
+    for c in out:
+        if "logits_formula" in c:
+            del c["logits"]
     toy = {"pieces": TOY_PIECES, "breakers": ["\n", ":", "ab*", "lo:q"]}
     heads = {}
     for s in toy["breakers"]:
