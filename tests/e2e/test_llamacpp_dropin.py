@@ -70,7 +70,7 @@ def test_help_groups_flags_and_lists_templates():
     (["-ub", "1"], "-ub must be >= 2"),
     (["-ub", "lots"], "not an integer"),
     (["--slots", "--no-slots"], "contradict"),
-    (["--metrics-compat", "vllm"], "--metrics-compat takes llamacpp"),
+    (["--metrics-compat", "prometheus"], "--metrics-compat takes llamacpp"),
     (["--embedding"], "is not an embedding model"),
     (["-hf", "org/repo"], "does not download"),
 ])
