@@ -880,8 +880,14 @@ int32_t Sampler::chain_mirostat(const float* logits) {
     const double sum = exp_shifted(logits, mx, inv_t, weights_.data(), n);
     // The candidates at or above a raw-logit floor, sorted, with their probabilities in the
     // whole distribution (llama.cpp's softmax before the cut).
-    auto take = [&](float floor) {
+    // top: keep only the `top` largest (a selection, not a sort of everything: mirostat v1's k
+    // runs to thousands at common targets).
+    auto take = [&](float floor, size_t top = SIZE_MAX) {
         collect(logits, floor);
+        if (cand_.size() > top) {
+            std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(top), cand_.end(), by_logit);
+            cand_.resize(top);
+        }
         chain_.clear();
         for (const auto& [l, id] : cand_) {
             chain_.push_back({id, l * inv_t, static_cast<float>(weights_[static_cast<size_t>(id)] / sum)});
@@ -891,7 +897,7 @@ int32_t Sampler::chain_mirostat(const float* logits) {
     };
     if (p.mirostat == 1) {
         constexpr int kM = 100;
-        take(top_k_logit_floor(logits, n, kM, chunk_max_));
+        take(top_k_logit_floor(logits, n, kM, chunk_max_), kM);
         float sum_ti_bi = 0.0f, sum_ti_sq = 0.0f;
         for (size_t i = 0; i < static_cast<size_t>(kM - 1) && i + 1 < chain_.size(); ++i) {
             const float t_i = std::log(static_cast<float>(i + 2) / static_cast<float>(i + 1));
@@ -908,7 +914,8 @@ int32_t Sampler::chain_mirostat(const float* logits) {
         // out of int's range to INT_MIN, so those keep one token.
         const int kk = k > -2147483648.0f && k < 2147483648.0f ? std::max(static_cast<int>(k), 1) : 1;
         if (static_cast<size_t>(kk) > chain_.size() && chain_.size() < static_cast<size_t>(n)) {
-            take(kk >= n ? -std::numeric_limits<float>::infinity() : top_k_logit_floor(logits, n, kk, chunk_max_));
+            take(kk >= n ? -std::numeric_limits<float>::infinity() : top_k_logit_floor(logits, n, kk, chunk_max_),
+                 static_cast<size_t>(kk));
         }
         chain_.resize(std::min(chain_.size(), static_cast<size_t>(kk)));
     } else {
