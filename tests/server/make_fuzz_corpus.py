@@ -180,8 +180,10 @@ def seeds():
     s["raw-wrong-type.4xx-1"] = request("POST", "/v1/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "eight"}).encode())
     s["raw-bad-token-id.4xx-1"] = request("POST", "/detokenize", b'{"tokens": [1, -5, 99999999]}')
-    s["raw-completions-prompt-list.4xx-1"] = request("POST", "/v1/completions", json.dumps(
+    s["raw-completions-prompt-list.2xx-1"] = request("POST", "/v1/completions", json.dumps(
         {"model": "tiny", "prompt": ["a", "b"], "max_tokens": 4}).encode())
+    s["raw-completions-prompt-list-empty.4xx-1"] = request("POST", "/v1/completions", json.dumps(
+        {"model": "tiny", "prompt": [], "max_tokens": 4}).encode())
     s["raw-garbage.4xx-1"] = b"GET / HTTP/1.1\r\nHost x\r\n\r\n"
     return s
 
