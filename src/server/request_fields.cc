@@ -146,6 +146,27 @@ bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationPara
     return read_llama_samplers(f, &sp, err);
 }
 
+void add_sampler_settings(const SamplingParams& sp, json* settings) {
+    json& j = *settings;
+    j["dry_multiplier"] = echo_float(sp.dry_multiplier);
+    j["dry_base"] = echo_float(sp.dry_base);
+    j["dry_allowed_length"] = sp.dry_allowed_length;
+    j["dry_penalty_last_n"] = sp.dry_penalty_last_n;
+    j["dry_sequence_breakers"] = sp.dry_sequence_breakers;
+    j["xtc_probability"] = echo_float(sp.xtc_probability);
+    j["xtc_threshold"] = echo_float(sp.xtc_threshold);
+    j["typical_p"] = echo_float(sp.typical_p);
+    j["top_n_sigma"] = echo_float(sp.top_n_sigma);
+    j["dynatemp_range"] = echo_float(sp.dynatemp_range);
+    j["dynatemp_exponent"] = echo_float(sp.dynatemp_exponent);
+    j["mirostat"] = sp.mirostat;
+    j["mirostat_tau"] = echo_float(sp.mirostat_tau);
+    j["mirostat_eta"] = echo_float(sp.mirostat_eta);
+    json names = json::array();
+    for (SamplerKind k : sp.samplers) names.push_back(sampler_name(k));
+    j["samplers"] = std::move(names);
+}
+
 bool read_logit_bias(const Fields& f, const ServedModel& model, SamplingParams* sp, ApiError* err) {
     const json* v = f.find("logit_bias");
     if (!v) return true;

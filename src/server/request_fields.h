@@ -28,6 +28,10 @@ struct SamplingLimits {
 bool read_sampling(const Fields& f, const SamplingLimits& limits, GenerationParams* params, bool* seeded,
                    ApiError* err);
 
+// llama-server's generation_settings entries of the further samplers (dry_*, xtc_*, typical_p,
+// top_n_sigma, dynatemp_*, mirostat*, samplers by name), added to `settings`.
+void add_sampler_settings(const SamplingParams& sp, json* settings);
+
 // A float parameter as the client wrote it (0.8f prints as 0.800000011920929 otherwise).
 inline double echo_float(float v) { return static_cast<double>(static_cast<float>(std::round(v * 1e6) / 1e6)) == v ? std::round(v * 1e6) / 1e6 : v; }
 

@@ -169,3 +169,15 @@ def test_server_flags_set_the_defaults():
 def test_bad_server_flags_refused(flags):
     with pytest.raises(RuntimeError):
         Server(*flags)
+
+
+def test_generation_settings_echo_the_samplers(srv):
+    """/completion's generation_settings carries the sampler fields as llama-server's does."""
+    r = completion(srv, dry_multiplier=0.5, dry_sequence_breakers=["x"], xtc_threshold=0.25, mirostat=2,
+                   mirostat_tau=4.5, samplers="kt", typical_p=0.75)
+    g = r.json()["generation_settings"]
+    assert g["dry_multiplier"] == 0.5 and g["dry_sequence_breakers"] == ["x"] and g["xtc_threshold"] == 0.25
+    assert g["mirostat"] == 2 and g["mirostat_tau"] == 4.5 and g["typical_p"] == 0.75
+    assert g["samplers"] == ["top_k", "temperature"]
+    assert completion(srv).json()["generation_settings"]["samplers"] == [
+        "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]

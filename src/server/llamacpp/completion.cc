@@ -139,6 +139,7 @@ class CompletionSink final : public GenerationSink {
                          {"stop", s_.params.stop},            {"ignore_eos", s_.params.ignore_eos},
                          {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt},
                          {"post_sampling_probs", s_.post_sampling_probs}};
+        add_sampler_settings(sp, &settings);
         json out = {{"index", i},
                     {"content", stream_ ? std::string() : ch.content},
                     {"tokens", stream_ ? json(ch.pending_tokens) : json(s_.return_tokens ? ch.tokens : std::vector<int32_t>{})},
