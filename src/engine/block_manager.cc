@@ -86,24 +86,32 @@ int32_t BlockManager::take_evictable() {
     return b;
 }
 
+// The published block that holds the block_size tokens at `t` after `parent` (-1: a first
+// block), found under the chain hash `h` and verified parent and token by token; -1 if none.
+int32_t BlockManager::find_child(uint64_t h, int32_t parent, const int32_t* t) const {
+    auto it = index_.find(h);
+    if (it == index_.end()) return -1;
+    const int32_t b = it->second;
+    const Meta& m = meta_[b];
+    const bool parent_ok = parent < 0 ? m.parent < 0 : (m.parent == parent && m.parent_epoch == meta_[parent].epoch);
+    if (!parent_ok || std::memcmp(tokens_.data() + static_cast<size_t>(b) * block_size_, t,
+                                  block_size_ * sizeof(int32_t)) != 0) {
+        return -1;
+    }
+    return b;
+}
+
 int BlockManager::pin_prefix(std::span<const int32_t> tokens, int n_blocks, int64_t until_ms) {
-    const int bs = block_size_;
-    const int n = std::min<int64_t>(n_blocks, static_cast<int64_t>(tokens.size()) / bs);
+    const int n = std::min<int64_t>(n_blocks, static_cast<int64_t>(tokens.size()) / block_size_);
     uint64_t h = 0;
     int32_t parent = -1;
     int pinned = 0;
     for (int i = 0; i < n; ++i) {
-        const int32_t* t = tokens.data() + static_cast<size_t>(i) * bs;
+        const int32_t* t = tokens.data() + static_cast<size_t>(i) * block_size_;
         h = chain_hash(h, t);
-        auto it = index_.find(h);
-        if (it == index_.end()) break;
-        const int32_t b = it->second;
+        const int32_t b = find_child(h, parent, t);
+        if (b < 0) break;
         Meta& m = meta_[b];
-        const bool parent_ok =
-            parent < 0 ? m.parent < 0 : (m.parent == parent && m.parent_epoch == meta_[parent].epoch);
-        if (!parent_ok || std::memcmp(tokens_.data() + static_cast<size_t>(b) * bs, t, bs * sizeof(int32_t)) != 0) {
-            break;
-        }
         m.pin_until = std::max(m.pin_until, until_ms);
         if (m.evictable && m.list == kPlain && m.pin_until > now_ms_) {
             lru_unlink(b);
@@ -116,24 +124,16 @@ int BlockManager::pin_prefix(std::span<const int32_t> tokens, int n_blocks, int6
 }
 
 int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_blocks, std::vector<int32_t>* out) {
-    const int bs = block_size_;
-    const int n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / bs);
+    const int n = std::min<int64_t>(max_blocks, static_cast<int64_t>(tokens.size()) / block_size_);
     uint64_t h = 0;
     int32_t parent = -1;
     int found = 0;
     for (int i = 0; i < n; ++i) {
-        const int32_t* t = tokens.data() + static_cast<size_t>(i) * bs;
+        const int32_t* t = tokens.data() + static_cast<size_t>(i) * block_size_;
         h = chain_hash(h, t);
-        auto it = index_.find(h);
-        if (it == index_.end()) break;
-        const int32_t b = it->second;
-        const Meta& m = meta_[b];
-        const bool parent_ok =
-            parent < 0 ? m.parent < 0 : (m.parent == parent && m.parent_epoch == meta_[parent].epoch);
-        if (!parent_ok || std::memcmp(tokens_.data() + static_cast<size_t>(b) * bs, t, bs * sizeof(int32_t)) != 0) {
-            break;
-        }
-        if (m.refs == 0) {
+        const int32_t b = find_child(h, parent, t);
+        if (b < 0) break;
+        if (meta_[b].refs == 0) {
             lru_unlink(b);
             meta_[b].refs = 1;
         } else {

@@ -107,6 +107,7 @@ private:
     void lru_push_back(int32_t b, ListId list);
     void unpublish(int32_t b);
     int32_t take_evictable();
+    int32_t find_child(uint64_t h, int32_t parent, const int32_t* t) const;
 
     struct Meta {
         int32_t refs = 0;

@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "core/utf8.h"
 #include "grammar/regex.h"
 
 namespace ferrox::grammar {
@@ -48,24 +49,6 @@ struct Token {
 
 Status fail(int line, const std::string& what) {
     return invalid_argument("lark grammar, line " + std::to_string(line) + ": " + what);
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 // The first code point of `s` (UTF-8), or -1 when `s` is not exactly one character.
@@ -193,7 +176,7 @@ class Lexer {
                     }
                     if (cp > 0x10FFFF) return fail(line_, "an escape beyond U+10FFFF");
                     p_ += n;
-                    append_utf8(cp, *out);
+                    utf8_append(*out, cp);
                     break;
                 }
                 default:  // Python keeps an unknown escape as written
