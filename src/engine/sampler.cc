@@ -749,7 +749,9 @@ void Sampler::chain_top_k(const float* logits, int k) {
 // mass exceeds typical_p.
 void Sampler::chain_typical() {
     if (chain_.empty()) return;
-    chain_softmax(true);
+    // llama.cpp sorts by logit for the softmax, then by score: one sort by (score, logit, id)
+    // gives that order (ties of score in logit order) at half the cost.
+    chain_softmax(false);
     float entropy = 0.0f;
     for (const TokenData& t : chain_) {
         if (t.p > 0.0f) entropy += -t.p * std::log(t.p);
@@ -759,16 +761,35 @@ void Sampler::chain_typical() {
     order_.resize(n);
     for (size_t i = 0; i < n; ++i) scores_[i] = std::fabs(-std::log(chain_[i].p) - entropy);
     std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return scores_[a] < scores_[b]; });
-    float cum = 0.0f;
-    size_t last = n;
-    for (size_t i = 0; i < n; ++i) {
-        cum += chain_[static_cast<size_t>(order_[i])].p;
-        if (cum > params_.typical_p) {
-            last = i + 1;
+    auto less = [&](int32_t a, int32_t b) {
+        if (scores_[a] != scores_[b]) return scores_[a] < scores_[b];
+        return data_by_logit(chain_[static_cast<size_t>(a)], chain_[static_cast<size_t>(b)]);
+    };
+    // The shortest prefix in that order whose mass exceeds typical_p, by selection (each round
+    // partitions the range left, halving it) instead of sorting all n; then only it is sorted.
+    const double want = params_.typical_p;
+    size_t lo = 0, hi = n, last = n;
+    double base = 0;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const auto first = order_.begin();
+        std::nth_element(first + static_cast<std::ptrdiff_t>(lo), first + static_cast<std::ptrdiff_t>(mid),
+                         first + static_cast<std::ptrdiff_t>(hi), less);
+        double left = 0;
+        for (size_t i = lo; i < mid; ++i) left += chain_[static_cast<size_t>(order_[i])].p;
+        if (base + left > want) {  // within [lo, mid): at most mid kept, whatever rounding does
+            hi = mid;
+            last = mid;
+            continue;
+        }
+        base += left + chain_[static_cast<size_t>(order_[mid])].p;
+        if (base > want) {
+            last = mid + 1;
             break;
         }
+        lo = mid + 1;
     }
+    std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(last), less);
     chain_tmp_.clear();
     for (size_t i = 0; i < last; ++i) chain_tmp_.push_back(chain_[static_cast<size_t>(order_[i])]);
     chain_.swap(chain_tmp_);

@@ -423,6 +423,7 @@ def cases():
                                            "mirostat_eta": 0.1, "mu": 11.0}),
                     ("mirostat_v2_large", {**off, "mirostat": 2, "temperature": 0.9, "mirostat_tau": 5.0,
                                            "mirostat_eta": 0.1, "mu": 9.0}),
+                    ("typical_large", {**off, "typical_p": 0.3, "temperature": 1.2}),
                     ("chain_large", {"top_n_sigma": 3.0, "top_k": 50, "typical_p": 0.9, "min_p": 0.01,
                                      "temperature": 0.8, "dynatemp_range": 0.4})]:
         out.append({"name": name, "params": p, "logits_formula": 3001, "history": [], "breakers": {}})
