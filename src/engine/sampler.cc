@@ -992,13 +992,20 @@ int32_t Sampler::chain_mirostat(const float* logits) {
         chain_.resize(std::min(chain_.size(), static_cast<size_t>(kk)));
     } else {
         // surprise -log2(w / sum) <= mu  <=>  logit >= mx + t (ln sum - mu ln 2); a little
-        // below that bound, then the exact test on the sorted prefix.
+        // below that bound, then llama.cpp's test on each. Its prefix of the sorted list is
+        // that set (the surprise falls with the logit), so no sort: mu grows to where
+        // thousands of tokens pass on a real model.
         const float bound = mx + p.temperature * static_cast<float>(std::log(sum) - mu_ * std::log(2.0));
-        take(bound - 1e-3f * (1.0f + std::fabs(bound)));
-        size_t keep = 0;
-        while (keep < chain_.size() && !(-std::log2(chain_[keep].p) > mu_)) ++keep;
-        if (chain_.empty()) take(mx);
-        chain_.resize(std::max<size_t>(std::min(keep, chain_.size()), 1));
+        take(bound - 1e-3f * (1.0f + std::fabs(bound)), SIZE_MAX, false);
+        size_t w = 0;
+        for (size_t i = 0; i < chain_.size(); ++i) {
+            if (!(-std::log2(chain_[i].p) > mu_)) chain_[w++] = chain_[i];
+        }
+        chain_.resize(w);
+        if (chain_.empty()) {  // none: the most likely alone
+            take(mx);
+            chain_.resize(std::min<size_t>(chain_.size(), 1));
+        }
     }
     chain_softmax(false);  // (v1's k may keep thousands, unsorted: the draw needs no order)
     return finish(chain_draw());
