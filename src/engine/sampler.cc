@@ -1007,8 +1007,32 @@ int32_t Sampler::chain_mirostat(const float* logits) {
             chain_.resize(std::min<size_t>(chain_.size(), 1));
         }
     }
-    chain_softmax(false);  // (v1's k may keep thousands, unsorted: the draw needs no order)
-    return finish(chain_draw());
+    // llama.cpp's softmax over what is left, from the probabilities already known (p / their
+    // sum equals exp(l - max) / sum exp over the set): the set may hold thousands of tokens, and
+    // two more exps of each cost more than the rest of the step. Then the draw from them.
+    double kept = 0;
+    for (const TokenData& t : chain_) kept += t.p;
+    cand_.clear();
+    for (TokenData& t : chain_) {
+        t.p = static_cast<float>(t.p / kept);
+        cand_.emplace_back(t.p, t.id);
+    }
+    drawn_ = Drawn::kCandidates;
+    last_sum_ = 1.0;
+    const double r = uniform();
+    double acc = 0;
+    int32_t tok = cand_.back().second;
+    last_prob_ = cand_.back().first;
+    for (const auto& c : cand_) {
+        acc += c.first;
+        if (r < acc && c.first > 0) {
+            tok = c.second;
+            last_prob_ = c.first;
+            break;
+        }
+    }
+    last_token_ = tok;
+    return finish(tok);
 }
 
 }  // namespace ferrox
