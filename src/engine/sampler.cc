@@ -309,10 +309,14 @@ void Sampler::chain_probs(int k, std::vector<std::pair<int32_t, float>>* out) co
 
 // ---- llama.cpp's general chain ------------------------------------------------------------
 // Each step below transcribes the llama.cpp sampler of the same name (src/llama-sampler.cpp,
-// min_keep 0 as llama-server sets it), over chain_ as its llama_token_data_array. Departures,
-// each where llama.cpp's result is unspecified or NaN: sorts break ties by the lower id;
-// typical-p's entropy skips candidates of probability 0 (llama.cpp's 0 * log 0 is NaN) and
-// its order is stable; candidates whose logit is not finite are left out when top-k collects.
+// min_keep 0 as llama-server sets it), over chain_ as its llama_token_data_array. The kept
+// candidates and their probabilities are llama.cpp's (tests/engine/sampler_golden_test.cc);
+// how they are found differs where llama.cpp sorts more than it needs (top-k, typical-p and
+// mirostat select, then sort only what they keep), and sums may round in another order
+// (top-n-sigma's lanes). Departures where llama.cpp's result is unspecified or NaN: sorts
+// break ties by the lower id; typical-p's entropy skips candidates of probability 0 (llama.cpp's
+// 0 * log 0 is NaN). The random draws are ferrox's own (the same seed gives the same tokens
+// here, not llama.cpp's).
 
 std::vector<SamplerKind> default_sampler_order() {
     return {SamplerKind::kPenalties, SamplerKind::kDry,  SamplerKind::kTopNSigma,
