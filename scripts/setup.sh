@@ -7,6 +7,8 @@ APT_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config make
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libxxhash-dev libboost-dev libsimde-dev
+  # The Responses store under --state-dir (src/server/response_store_sqlite.cc).
+  libsqlite3-dev
   python3 python3-pip unzip
   # The web page's libraries, embedded into the binary at build time (webui/, issue 48).
   libjs-marked libjs-highlight.js libjs-katex node-dompurify

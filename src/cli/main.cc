@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -283,6 +284,10 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--config"}, true, "read flags from FILE, one per line (\"--port 8080\"; '#' comments); later flags win"},
     {{"--metrics-compat"}, true, "llamacpp, vllm (repeatable or comma-separated): /metrics also carries llama-server's llamacpp:* names (its dashboards work unchanged) or vLLM's vllm:* names (the Inference Extension's endpoint picker, vllm-router)"},
     {{"--drain-timeout"}, true, "on SIGTERM: not ready at once, new requests 503, running ones get this many seconds to finish, then end (default 30)"},
+    {{"--state-dir"}, true, "keep stored Responses (previous_response_id) in DIR/responses.sqlite3: they survive a restart (default: in memory)"},
+    {{"--responses-ttl"}, true, "stored Responses expire after this many seconds (default 2592000, 30 days; 0: never)"},
+    {{"--responses-max"}, true, "stored Responses kept at most, the oldest evicted first (default 1000)"},
+    {{"--responses-max-mib"}, true, "MiB of stored Responses kept at most, the oldest evicted first (default 64)"},
     {{"--slots"}, false, "llama-server: GET /slots lists the parallel slots (the default)"},
     {{"--no-slots"}, false, "llama-server: GET /slots answers 501, as llama-server's"},
     {{"--no-webui"}, false, "no chat page at / and no dashboard at /dashboard (404)"},
@@ -748,6 +753,24 @@ int cmd_serve(int argc, char** argv) {
                          so.http.port);
         }
         so.http.port = static_cast<int>(v);
+    }
+    if (args->has("--state-dir")) {
+        so.state_dir = *args->get("--state-dir");
+        if (so.state_dir.empty()) return fail(invalid_argument("--state-dir needs a directory"));
+    }
+    {
+        auto ttl = args->get_float("--responses-ttl", so.responses_ttl_s);
+        auto max_n = args->get_int("--responses-max", static_cast<int>(so.responses_max_count));
+        auto max_mib = args->get_int("--responses-max-mib", static_cast<int>(so.responses_max_bytes >> 20));
+        if (!ttl.has_value() || !std::isfinite(*ttl) || *ttl < 0 || *ttl > 100.0 * 365 * 86400) {
+            return fail(invalid_argument("--responses-ttl must be seconds in [0, 3153600000] (0: never expire)"));
+        }
+        if (!max_n.has_value() || *max_n < 1 || !max_mib.has_value() || *max_mib < 1 || *max_mib > (1 << 20)) {
+            return fail(invalid_argument("--responses-max must be >= 1 and --responses-max-mib in [1, 1048576]"));
+        }
+        so.responses_ttl_s = *ttl;
+        so.responses_max_count = static_cast<size_t>(*max_n);
+        so.responses_max_bytes = static_cast<size_t>(*max_mib) << 20;
     }
     so.slot_save_path = args->get("--slot-save-path").value_or("");
     if (args->has("--slot-save-path")) {

@@ -21,7 +21,14 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     ctx.opts = opts;
     ctx.registry = std::move(registry);
     ctx.workers = std::make_unique<Workers>(opts.n_workers);
-    ctx.responses = std::make_unique<ResponseStore>(opts.responses_max_count, opts.responses_max_bytes);
+    ResponseStoreOptions rso;
+    rso.max_count = opts.responses_max_count;
+    rso.max_bytes = opts.responses_max_bytes;
+    rso.ttl_s = opts.responses_ttl_s;
+    rso.state_dir = opts.state_dir;
+    auto store = open_response_store(rso);
+    if (!store.has_value()) return store.status();
+    ctx.responses = std::move(*store);
     std::weak_ptr<ServerContext> weak = s->ctx_;
     if (!opts.access_log.empty()) {
         std::string error;

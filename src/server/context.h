@@ -50,6 +50,8 @@ struct ApiServerOptions {
     int n_workers = 2;                  // threads for parsing, templates and event building
     size_t responses_max_count = 1000;  // stored Responses kept (oldest evicted first)
     size_t responses_max_bytes = 64 << 20;
+    double responses_ttl_s = 30 * 86400.0;  // --responses-ttl: stored Responses expire (<= 0: never)
+    std::string state_dir;              // --state-dir: Responses in DIR/responses.sqlite3; empty: in memory
     std::string admin_key;              // empty: the /admin routes answer 403
     std::vector<std::string> cors_origins;  // --cors-origin (repeatable, "*": any); empty: off
     std::string access_log;             // --access-log FILE ("-": stderr); empty: none

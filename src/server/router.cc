@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "server/response_store.h"
 #include "server/workers.h"
 
 namespace ferrox {
@@ -77,15 +78,19 @@ void Router::send_error(HttpResponder& res, Protocol protocol, const ApiError& e
     res.send(e.status, error_body(protocol, e), "application/json", std::move(extra));
 }
 
+std::string Router::given_key(const HttpRequest& req) {
+    const std::string* h = req.header("authorization");
+    if (h && h->size() > 7 && (h->compare(0, 7, "Bearer ") == 0 || h->compare(0, 7, "bearer ") == 0)) {
+        return h->substr(7);
+    } else if (const std::string* x = req.header("x-api-key")) {
+        return *x;  // Anthropic's header
+    }
+    return "";
+}
+
 bool Router::authorized(const HttpRequest& req) const {
     if (options_.api_keys.empty()) return true;
-    const std::string* h = req.header("authorization");
-    std::string given;
-    if (h && h->size() > 7 && (h->compare(0, 7, "Bearer ") == 0 || h->compare(0, 7, "bearer ") == 0)) {
-        given = h->substr(7);
-    } else if (const std::string* x = req.header("x-api-key")) {
-        given = *x;  // Anthropic's header
-    }
+    const std::string given = given_key(req);
     bool ok = false;
     for (const std::string& key : options_.api_keys) ok |= constant_time_equal(key, given);
     return ok;
@@ -163,6 +168,9 @@ void Router::handle(HttpRequest&& req, std::shared_ptr<HttpResponder> inner) con
         return;
     }
     auto rr = std::make_shared<RouteRequest>();
+    // With keys configured, the (authenticated) key scopes what the request may see of stored
+    // state; hashed so the key itself is never stored.
+    if (!options_.api_keys.empty()) rr->key_scope = key_scope(given_key(req));
     rr->http = std::move(req);
     rr->params = std::move(params);
     rr->record = std::move(record);

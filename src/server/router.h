@@ -26,6 +26,9 @@ struct RouteRequest {
     json body;                        // the parsed object, for routes with json_body
     std::vector<std::string> params;  // the path's {placeholders}, in order
     std::shared_ptr<AccessRecord> record;  // what the access log says of this request
+    // Whose request this is, for state scoped to an API key (stored Responses): key_scope() of
+    // the key the request authenticated with; "" when the server has no keys.
+    std::string key_scope;
 };
 
 using RouteFn = std::function<void(RouteRequest& req, std::shared_ptr<HttpResponder> res)>;
@@ -65,6 +68,7 @@ class Router {
 
   private:
     bool authorized(const HttpRequest& req) const;
+    static std::string given_key(const HttpRequest& req);
     HttpHeaders cors_headers(const HttpRequest& req) const;
     RouterOptions options_;
     Workers* workers_;

@@ -292,6 +292,7 @@ struct Request {
     bool stream = false, store = true;
     bool seal_reasoning = false;  // include: ["reasoning.encrypted_content"]
     std::string model, instructions, previous_id;
+    std::string owner;  // RouteRequest::key_scope: stored under it, previous_id read under it
     std::string prompt_cache_key, verbosity, effort, summary;
     json input_items = json::array();
     json tools = json::array();
@@ -359,7 +360,7 @@ bool parse_request(ServerContext& ctx, const json& body, Request* r, ApiError* e
     if (const json* tc = f.find("tool_choice")) r->tool_choice = *tc;
     if (!parse_options(f, r, err)) return false;
     if (!r->previous_id.empty()) {
-        auto prev = ctx.responses->get(r->previous_id);
+        auto prev = ctx.responses->get(r->previous_id, r->owner);
         if (!prev) {
             *err = not_found(r->previous_id);
             err->param = "previous_response_id";
@@ -453,6 +454,7 @@ class ResponsesSink final : public GenerationSink {
             s.history = req_.history;
             if (!assistant_.content.empty() || !assistant_.tool_calls.empty()) s.history.push_back(assistant_);
             s.model = model_->info().id;
+            s.owner = req_.owner;
             ctx_.responses->put(std::move(s));
         }
         if (req_.stream) {
@@ -645,6 +647,7 @@ class ResponsesSink final : public GenerationSink {
 
 void route_create(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
     Request r;
+    r.owner = req.key_scope;
     ApiError err;
     if (!parse_request(ctx, req.body, &r, &err)) return send(*res, err);
     GenerationJob job;
@@ -681,18 +684,18 @@ void route_create(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRes
 }
 
 void route_get(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
-    auto r = ctx.responses->get(req.params[0]);
+    auto r = ctx.responses->get(req.params[0], req.key_scope);
     if (!r) return send(*res, not_found(req.params[0]));
     res->send(200, r->response_json);
 }
 
 void route_delete(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
-    if (!ctx.responses->erase(req.params[0])) return send(*res, not_found(req.params[0]));
+    if (!ctx.responses->erase(req.params[0], req.key_scope)) return send(*res, not_found(req.params[0]));
     res->send(200, dump(json{{"id", req.params[0]}, {"object", "response"}, {"deleted", true}}));
 }
 
 void route_input_items(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpResponder> res) {
-    auto r = ctx.responses->get(req.params[0]);
+    auto r = ctx.responses->get(req.params[0], req.key_scope);
     if (!r) return send(*res, not_found(req.params[0]));
     json items = json::parse(r->input_items_json, nullptr, false);
     if (!items.is_array()) items = json::array();
