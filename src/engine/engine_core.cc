@@ -107,6 +107,10 @@ Expected<std::unique_ptr<Sequence>> EngineCore::make_sequence(std::vector<int32_
         return Status(StatusCode::kUnimplemented, "this model's backend does not compute prompt logprobs");
     }
     const int n_prompt = static_cast<int>(prompt.size());
+    if (params.max_tokens_soft && params.max_tokens > 0 && static_cast<int64_t>(n_prompt) + params.max_tokens > ceiling_ &&
+        n_prompt < ceiling_) {
+        params.max_tokens = ceiling_ - n_prompt;  // a server default caps to what fits
+    }
     const int want = params.max_tokens > 0 ? params.max_tokens : 1;
     if (static_cast<int64_t>(n_prompt) + want > ceiling_) {
         return invalid_argument("the prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +

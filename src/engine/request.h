@@ -20,6 +20,9 @@ struct GenerationParams {
     SamplingParams sampling;
     int max_tokens = -1;             // -1: until end of generation or the context ceiling;
                                      // 0: only compute the prompt (fills the prefix cache)
+    // max_tokens is the server's default (-n), not the request's: where the prompt plus it
+    // exceeds the context, the answer is capped to what fits instead of refused.
+    bool max_tokens_soft = false;
     std::vector<std::string> stop;   // stop strings (never part of the output)
     bool ignore_eos = false;
     int top_logprobs = -1;           // -1: no logprobs; 0..20: logprob plus that many alternatives

@@ -257,6 +257,7 @@ void run_generation(ServerContext& ctx, RouteRequest& req, GenerationJob job,
         }
     }
     if (o.max_tokens_limit > 0 && (job.params.max_tokens < 0 || job.params.max_tokens > o.max_tokens_limit)) {
+        if (job.params.max_tokens < 0) job.params.max_tokens_soft = true;  // the server's cap, not the request's
         job.params.max_tokens = o.max_tokens_limit;  // as vLLM's max_model_len caps it: answers stop at the cap
     }
     if (o.request_timeout_s > 0) job.params.timeout_s = o.request_timeout_s;

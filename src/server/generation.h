@@ -78,6 +78,9 @@ struct GenerationJob {
     GenerationParams params;
     int n = 1;
     bool stream = false;
+    // llama.cpp's id_slot: the slot (of the model's -np) the first choice shows on in GET /slots,
+    // taken modulo their number as llama-server does; a busy one is waited for. -1: any.
+    int id_slot = -1;
     // How answers are parsed; nullopt: plain text (legacy completions, /completion).
     std::optional<OutputFormat> output;
     std::string prompt_param = "messages";  // the field a too-long prompt is blamed on

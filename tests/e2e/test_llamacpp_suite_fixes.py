@@ -432,3 +432,157 @@ def test_host_list_listens_on_each_address():
 ])
 def test_host_list_hostile(host, says):
     assert says in serve_fails("--host", host)
+
+
+# --- id_slot (issue 46) ----------------------------------------------------------------------
+
+def slot_params(s, i):
+    return httpx.get(s.base + "/slots", timeout=10).json()[i].get("params", {})
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/completion", {"prompt": "Hello", "n_predict": 3}),
+    ("/v1/completions", {"prompt": "Hello", "max_tokens": 3}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}),
+])
+def test_id_slot_puts_the_request_on_that_slot(server, route, body):
+    seed = 4600 + len(route)
+    for want in (2, 3):
+        r = httpx.post(server.base + route, json={**body, "id_slot": want, "seed": seed + want, "temperature": 0},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        assert slot_params(server, want)["seed"] == seed + want
+        if route == "/completion":
+            assert r.json()["id_slot"] == want
+
+
+def test_id_slot_wraps_around_as_llama_server(server):
+    """llama-server takes id_slot modulo its slots (-np 4 here): 6 is slot 2."""
+    out = completion(server, "Hello", id_slot=6, seed=4661)
+    assert out["id_slot"] == 2
+    assert slot_params(server, 2)["seed"] == 4661
+
+
+def test_id_slot_busy_waits_for_its_slot(server):
+    """A request for a busy slot is answered (llama-server defers it; it never fails); the slot
+    keeps showing the request that holds it."""
+    with httpx.stream("POST", server.base + "/completion", timeout=120,
+                      json={"prompt": LONG, "n_predict": 48, "stream": True, "id_slot": 1, "seed": 4671,
+                            "ignore_eos": True}) as r:
+        lines = r.iter_lines()
+        next(l for l in lines if l.startswith("data: "))
+        slot = httpx.get(server.base + "/slots", timeout=10).json()[1]
+        assert slot["is_processing"] is True and slot["params"]["seed"] == 4671
+        second = completion(server, "Hello", id_slot=1, seed=4672, n_predict=2)
+        assert second["id_slot"] == 1 and second["content"] is not None
+        for _ in lines:
+            pass
+    assert httpx.get(server.base + "/slots", timeout=10).json()[1]["is_processing"] is False
+
+
+@pytest.mark.parametrize("route,value,says", [
+    ("/completion", "1", "id_slot"),
+    ("/completion", -2, "id_slot"),
+    ("/completion", 1.5, "id_slot"),
+    ("/completion", 1 << 40, "id_slot"),
+    ("/v1/chat/completions", [1], "id_slot"),
+    ("/v1/completions", True, "id_slot"),
+])
+def test_id_slot_hostile(server, route, value, says):
+    body = {"id_slot": value, "max_tokens": 2}
+    body.update({"prompt": "Hi"} if "chat" not in route else {"messages": [{"role": "user", "content": "Hi"}]})
+    r = httpx.post(server.base + route, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert says in r.text
+
+
+def test_id_slot_minus_one_is_any_slot(server):
+    assert completion(server, "Hello", id_slot=-1)["content"] is not None
+
+
+# --- prompt_logprobs on chat (vLLM) ----------------------------------------------------------
+
+CHAT = [{"role": "user", "content": "Say hello"}]
+
+
+def test_chat_prompt_logprobs_as_vllm(server):
+    r = httpx.post(server.base + "/v1/chat/completions", timeout=120,
+                   json={"messages": CHAT, "max_tokens": 2, "prompt_logprobs": 2, "temperature": 0})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    plp = out["prompt_logprobs"]
+    assert len(plp) == out["usage"]["prompt_tokens"]
+    assert plp[0] is None
+    for entry in plp[1:]:
+        assert 1 <= len(entry) <= 3
+        for tid, v in entry.items():
+            assert int(tid) >= 0
+            assert v["logprob"] <= 0 and v["rank"] >= 1 and isinstance(v["decoded_token"], str)
+        ranks = sorted(v["rank"] for v in entry.values())
+        assert ranks[0] == 1 or len(entry) == 3  # the alternatives are ranks 1 and 2
+    # Not asked, not there.
+    assert "prompt_logprobs" not in httpx.post(server.base + "/v1/chat/completions", timeout=120,
+                                               json={"messages": CHAT, "max_tokens": 2}).json()
+
+
+def test_chat_prompt_logprobs_zero_gives_the_token_alone(server):
+    out = httpx.post(server.base + "/v1/chat/completions", timeout=120,
+                     json={"messages": CHAT, "max_tokens": 1, "prompt_logprobs": 0}).json()
+    assert out["prompt_logprobs"][0] is None
+    assert all(len(e) == 1 for e in out["prompt_logprobs"][1:])
+
+
+@pytest.mark.parametrize("value,extra,says", [
+    (-1, {}, "prompt_logprobs"),
+    (21, {}, "prompt_logprobs"),
+    ("2", {}, "prompt_logprobs"),
+    (2.5, {}, "prompt_logprobs"),
+    (2, {"stream": True}, "stream"),
+])
+def test_chat_prompt_logprobs_hostile(server, value, extra, says):
+    r = httpx.post(server.base + "/v1/chat/completions", timeout=60,
+                   json={"messages": CHAT, "max_tokens": 2, "prompt_logprobs": value, **extra})
+    assert r.status_code == 400, r.text
+    assert says in r.text
+
+
+# --- a server default max tokens (-n) beyond the context ---------------------------------------
+
+@pytest.fixture(scope="module")
+def small_ctx():
+    s = Server("-c", "256", "-n", "1000")
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/completion", {"prompt": "Hello"}),
+    ("/v1/completions", {"prompt": "Hello"}),
+    ("/v1/chat/completions", {"messages": CHAT}),
+])
+def test_default_n_predict_is_capped_to_the_context(small_ctx, route, body):
+    r = httpx.post(small_ctx.base + route, json={**body, "temperature": 0, "ignore_eos": True}, timeout=300)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    if route == "/completion":
+        assert out["tokens_evaluated"] + out["tokens_predicted"] <= 256
+    else:
+        u = out["usage"]
+        assert u["prompt_tokens"] + u["completion_tokens"] <= 256
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/completion", {"prompt": "Hello", "n_predict": 1000}),
+    ("/v1/completions", {"prompt": "Hello", "max_tokens": 1000}),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 1000}),
+    ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": 1000}),
+])
+def test_explicit_max_tokens_beyond_the_context_stays_a_400(small_ctx, route, body):
+    r = httpx.post(small_ctx.base + route, json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert "context" in r.text
+
+
+def test_default_n_predict_with_a_prompt_that_fills_the_context_is_a_400(small_ctx):
+    r = httpx.post(small_ctx.base + "/completion", json={"prompt": LONG * 4}, timeout=60)
+    assert r.status_code == 400, r.text

@@ -24,6 +24,7 @@ struct Settings {
     int n_probs = 0;
     bool post_sampling_probs = false;  // probabilities after the sampler chain ("prob", "top_probs")
     bool return_tokens = false;
+    int id_slot = 0;                        // the slot asked for (modulo -np), else 0
     bool batch = false;                     // a list of prompts: the answer is an array
     std::vector<std::string> prompt_texts;  // per prompt
     std::vector<int> n_prompts;             // per prompt
@@ -58,7 +59,7 @@ class CompletionSink final : public GenerationSink {
         if (!stream_) return;
         if (d.text.empty() && probs.empty()) return;
         json c = {{"index", i},         {"content", d.text},          {"tokens", ch.pending_tokens},
-                  {"stop", false},      {"id_slot", 0},               {"tokens_predicted", ch.tokens.size()},
+                  {"stop", false},      {"id_slot", s_.id_slot},               {"tokens_predicted", ch.tokens.size()},
                   {"tokens_evaluated", s_.n_prompts[i]}};
         if (!probs.empty()) c["completion_probabilities"] = probs;
         ch.pending_tokens.clear();
@@ -143,7 +144,7 @@ class CompletionSink final : public GenerationSink {
         json out = {{"index", i},
                     {"content", stream_ ? std::string() : ch.content},
                     {"tokens", stream_ ? json(ch.pending_tokens) : json(s_.return_tokens ? ch.tokens : std::vector<int32_t>{})},
-                    {"id_slot", 0},
+                    {"id_slot", s_.id_slot},
                     {"stop", true},
                     {"model", model_->info().id},
                     {"tokens_predicted", n_completion},
@@ -286,9 +287,12 @@ void route_completion(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Htt
     if (!f.integer("n_predict", -1, 1 << 24, &n_predict, &err) || !f.integer("max_tokens", -1, 1 << 24, &n_predict, &err))
         return fail(err);
     s.params.max_tokens = static_cast<int>(n_predict);
+    s.params.max_tokens_soft = !f.find("n_predict") && !f.find("max_tokens");  // -n: capped to the context
     int64_t n_probs = 0, id_slot = -1;
     if (!f.integer("n_probs", 0, 20, &n_probs, &err) || !f.integer("id_slot", -1, 1 << 20, &id_slot, &err))
         return fail(err);
+    job.id_slot = static_cast<int>(id_slot);
+    if (id_slot >= 0) s.id_slot = static_cast<int>(id_slot % std::max(1, job.model->info().n_parallel));
     s.n_probs = static_cast<int>(n_probs);
     s.params.top_logprobs = n_probs > 0 ? static_cast<int>(n_probs) : -1;
     if (!f.strings("stop", 16, &s.params.stop, &err)) return fail(err);

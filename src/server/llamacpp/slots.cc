@@ -69,12 +69,14 @@ std::unique_ptr<GenerationSink> SlotBoard::track(const GenerationJob& job, std::
             c.tokens = prompt;
         }
         c.sampling.seed += static_cast<uint64_t>(i % job.n);  // as run_generation seeds the choices
-        keys.push_back(enter(info.id, std::max(1, info.n_parallel), c));
+        const int n_parallel = std::max(1, info.n_parallel);
+        const int want = i == 0 && job.id_slot >= 0 ? job.id_slot % n_parallel : -1;  // llama-server wraps it
+        keys.push_back(enter(info.id, n_parallel, c, want));
     }
     return std::make_unique<SlotTracker>(this, info.id, std::move(keys), std::move(sink));
 }
 
-uint64_t SlotBoard::enter(const std::string& model, int n_parallel, const Slot& s) {
+uint64_t SlotBoard::enter(const std::string& model, int n_parallel, const Slot& s, int want) {
     std::lock_guard<std::mutex> lk(mu_);
     Model& m = models_[model];
     if (static_cast<int>(m.slots.size()) != n_parallel) {
@@ -86,13 +88,13 @@ uint64_t SlotBoard::enter(const std::string& model, int n_parallel, const Slot& 
     slot.id_task = key;
     slot.t_enter = std::chrono::steady_clock::now();
     for (size_t i = 0; i < m.owner.size(); ++i) {
-        if (m.owner[i] == 0) {
+        if (m.owner[i] == 0 && (want < 0 || static_cast<int>(i) == want)) {
             m.owner[i] = key;
             m.slots[i] = slot;
             return key;
         }
     }
-    m.waiting.push_back({key, slot});
+    m.waiting.push_back({key, slot, want});
     return key;
 }
 
@@ -138,10 +140,13 @@ void SlotBoard::leave(const std::string& model, uint64_t key) {
         }
         done.busy = false;  // keeps what it showed, as llama-server's task_prev
         m.owner[i] = 0;
-        if (!m.waiting.empty()) {
-            m.owner[i] = m.waiting.front().key;
-            m.slots[i] = std::move(m.waiting.front().slot);
-            m.waiting.pop_front();
+        // The first waiting request that takes any slot or asked for this one.
+        for (auto w = m.waiting.begin(); w != m.waiting.end(); ++w) {
+            if (w->want >= 0 && w->want != static_cast<int>(i)) continue;
+            m.owner[i] = w->key;
+            m.slots[i] = std::move(w->slot);
+            m.waiting.erase(w);
+            break;
         }
         return;
     }

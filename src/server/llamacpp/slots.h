@@ -5,7 +5,9 @@
 // every generating request passes through run_generation, which wraps its sink with track();
 // a choice takes the lowest free slot of its model when submitted (or waits, as a deferred task
 // does in llama-server, until one frees) and gives it back when it ends or its client goes.
-// A free slot keeps what its last request showed, as llama-server's task_prev does.
+// A free slot keeps what its last request showed, as llama-server's task_prev does. A request's
+// id_slot puts its first choice on that slot (modulo -np, as llama-server wraps it); while the
+// slot is busy it waits for that slot, as llama-server defers the task.
 //
 // Threading: any thread; one mutex (taken per generated token of a tracked request).
 
@@ -82,6 +84,7 @@ class SlotBoard {
     struct Waiting {
         uint64_t key;
         Slot slot;
+        int want = -1;  // the slot it asked for (id_slot), or -1: the first that frees
     };
     struct Model {
         std::vector<Slot> slots;
@@ -89,7 +92,8 @@ class SlotBoard {
         std::deque<Waiting> waiting;
     };
     friend class SlotTracker;
-    uint64_t enter(const std::string& model, int n_parallel, const Slot& s);
+    // want: the slot asked for (llama.cpp's id_slot, already within [0, n_parallel)), or -1.
+    uint64_t enter(const std::string& model, int n_parallel, const Slot& s, int want);
     void on_token(const std::string& model, uint64_t key, int32_t id);
     void on_text(const std::string& model, uint64_t key, bool new_line);
     void leave(const std::string& model, uint64_t key);

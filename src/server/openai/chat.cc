@@ -290,11 +290,31 @@ namespace {
 class ChatSink final : public GenerationSink {
   public:
     ChatSink(ModelLease model, const ApiServerOptions& opts, int n, bool stream, bool include_usage,
-             bool logprobs)
+             bool logprobs, bool prompt_logprobs)
         : model_(std::move(model)), opts_(opts), stream_(stream), include_usage_(include_usage),
-          logprobs_(logprobs), choices_(n) {
+          logprobs_(logprobs), prompt_logprobs_(prompt_logprobs), choices_(n) {
         id_ = random_id("chatcmpl-");
         created_ = unix_now();
+        if (prompt_logprobs_) prompt_lp_ = json::array({nullptr});  // vLLM: the first token has none
+    }
+
+    // vLLM's prompt_logprobs: one top-level list for the prompt all choices share (choice 0's),
+    // each entry {token_id: {logprob, rank, decoded_token}} for the token and its alternatives.
+    void prompt_logprobs(HttpResponder&, int i, std::span<const TokenLogprob> lps) override {
+        if (!prompt_logprobs_ || i != 0) return;
+        for (const TokenLogprob& t : lps) {
+            json entry = json::object();
+            entry[std::to_string(t.token)] = {
+                {"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", model_->token_piece(t.token)}};
+            for (size_t k = 0; k < t.top.size(); ++k) {
+                const std::string key = std::to_string(t.top[k].first);
+                if (entry.contains(key)) continue;
+                entry[key] = {{"logprob", t.top[k].second},
+                              {"rank", static_cast<int>(k) + 1},
+                              {"decoded_token", model_->token_piece(t.top[k].first)}};
+            }
+            prompt_lp_.push_back(std::move(entry));
+        }
     }
 
     void start(HttpResponder& res) override {
@@ -385,6 +405,7 @@ class ChatSink final : public GenerationSink {
                     {"model", model_->info().id}, {"system_fingerprint", kFingerprint}};
         out["choices"] = arr;
         out["usage"] = usage_json(usage);
+        if (prompt_logprobs_) out["prompt_logprobs"] = prompt_lp_;
         res.send(200, dump(out));
     }
 
@@ -452,7 +473,8 @@ class ChatSink final : public GenerationSink {
 
     ModelLease model_;
     const ApiServerOptions& opts_;
-    bool stream_, include_usage_, logprobs_;
+    bool stream_, include_usage_, logprobs_, prompt_logprobs_;
+    json prompt_lp_;  // with prompt_logprobs: null, then one object per prompt token
     std::string id_;
     int64_t created_ = 0;
     std::vector<Choice> choices_;
@@ -475,6 +497,15 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
         return fail(bad_param("top_logprobs", "'top_logprobs' requires 'logprobs' to be true."));
     }
     job.params.top_logprobs = logprobs ? static_cast<int>(top_logprobs) : -1;
+    // vLLM's prompt_logprobs: each prompt token's logprob and that many alternatives, in a
+    // top-level list of the (non-streamed) response; vLLM refuses it with stream.
+    int64_t prompt_lp = -1;
+    if (!f.integer("prompt_logprobs", 0, 20, &prompt_lp, &err)) return fail(err);
+    const bool want_prompt_lp = f.find("prompt_logprobs") != nullptr;
+    if (want_prompt_lp && job.stream) {
+        return fail(bad_param("prompt_logprobs", "'prompt_logprobs' are not available when 'stream' is true."));
+    }
+    if (want_prompt_lp) job.params.prompt_logprobs = static_cast<int>(prompt_lp);
 
     Conversation conv;
     if (!parse_openai_conversation(body, &conv, &err)) return fail(err);
@@ -491,7 +522,8 @@ void route_chat(ServerContext& ctx, RouteRequest& req, std::shared_ptr<HttpRespo
         !forced_tool_call_constraint(conv, job.output->tools, "tool_choice", &job.params.grammar, &err)) {
         return fail(err);
     }
-    auto sink = std::make_unique<ChatSink>(job.model, ctx.opts, job.n, job.stream, include_usage, logprobs);
+    auto sink =
+        std::make_unique<ChatSink>(job.model, ctx.opts, job.n, job.stream, include_usage, logprobs, want_prompt_lp);
     run_generation(ctx, req, std::move(job), std::move(res), std::move(sink));
 }
 

@@ -331,6 +331,13 @@ bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJ
         !f.integer("n_predict", -1, 1 << 24, &max_tokens, err))  // llama.cpp's name
         return false;
     job->params.max_tokens = static_cast<int>(max_tokens);
+    // The server's -n, not the request's: capped to what fits the context (an explicit
+    // max_tokens beyond it stays a 400, as OpenAI answers).
+    job->params.max_tokens_soft = !f.find("max_tokens") && !f.find("max_completion_tokens") && !f.find("n_predict");
+    // llama.cpp's id_slot, which llama-server reads on its OpenAI routes too.
+    int64_t id_slot = -1;
+    if (!f.integer("id_slot", -1, 1 << 20, &id_slot, err)) return false;
+    job->id_slot = static_cast<int>(id_slot);
     int64_t n = 1;
     if (!f.integer("n", 1, 16, &n, err) || !f.boolean("stream", &job->stream, err)) return false;
     job->n = static_cast<int>(n);
