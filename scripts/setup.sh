@@ -16,6 +16,8 @@ APT_PACKAGES=(
 # `make test` only: the browser the web page's tests drive (tests/e2e/test_webui.py).
 if [ "${1:-}" = "--test" ]; then
   APT_PACKAGES+=(chromium chromium-driver)
+  # The Redis Responses store's tests start their own (tests/e2e/test_response_state.py).
+  APT_PACKAGES+=(redis-server)
 fi
 
 missing=()

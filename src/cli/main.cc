@@ -285,6 +285,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {{"--metrics-compat"}, true, "llamacpp, vllm (repeatable or comma-separated): /metrics also carries llama-server's llamacpp:* names (its dashboards work unchanged) or vLLM's vllm:* names (the Inference Extension's endpoint picker, vllm-router)"},
     {{"--drain-timeout"}, true, "on SIGTERM: not ready at once, new requests 503, running ones get this many seconds to finish, then end (default 30)"},
     {{"--state-dir"}, true, "keep stored Responses (previous_response_id) in DIR/responses.sqlite3: they survive a restart (default: in memory)"},
+    {{"--responses-store"}, true, "redis://HOST:PORT[/DB]: keep stored Responses in Redis, shared by replicas (instead of --state-dir or memory)"},
     {{"--responses-ttl"}, true, "stored Responses expire after this many seconds (default 2592000, 30 days; 0: never)"},
     {{"--responses-max"}, true, "stored Responses kept at most, the oldest evicted first (default 1000)"},
     {{"--responses-max-mib"}, true, "MiB of stored Responses kept at most, the oldest evicted first (default 64)"},
@@ -757,6 +758,13 @@ int cmd_serve(int argc, char** argv) {
     if (args->has("--state-dir")) {
         so.state_dir = *args->get("--state-dir");
         if (so.state_dir.empty()) return fail(invalid_argument("--state-dir needs a directory"));
+    }
+    if (args->has("--responses-store")) {
+        so.responses_store_url = *args->get("--responses-store");
+        if (so.responses_store_url.empty()) return fail(invalid_argument("--responses-store needs redis://HOST:PORT"));
+        if (!so.state_dir.empty()) {
+            return fail(invalid_argument("give --state-dir or --responses-store for stored Responses, not both"));
+        }
     }
     {
         auto ttl = args->get_float("--responses-ttl", so.responses_ttl_s);

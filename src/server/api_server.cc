@@ -26,6 +26,7 @@ Expected<std::unique_ptr<ApiServer>> ApiServer::start(const ApiServerOptions& op
     rso.max_bytes = opts.responses_max_bytes;
     rso.ttl_s = opts.responses_ttl_s;
     rso.state_dir = opts.state_dir;
+    rso.url = opts.responses_store_url;
     auto store = open_response_store(rso);
     if (!store.has_value()) return store.status();
     ctx.responses = std::move(*store);

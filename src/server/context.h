@@ -52,6 +52,7 @@ struct ApiServerOptions {
     size_t responses_max_bytes = 64 << 20;
     double responses_ttl_s = 30 * 86400.0;  // --responses-ttl: stored Responses expire (<= 0: never)
     std::string state_dir;              // --state-dir: Responses in DIR/responses.sqlite3; empty: in memory
+    std::string responses_store_url;    // --responses-store redis://HOST:PORT[/DB]: shared by replicas
     std::string admin_key;              // empty: the /admin routes answer 403
     std::vector<std::string> cors_origins;  // --cors-origin (repeatable, "*": any); empty: off
     std::string access_log;             // --access-log FILE ("-": stderr); empty: none

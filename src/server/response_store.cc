@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai/reasoning_seal.h"
+#include "server/response_store_redis.h"
 #include "server/response_store_sqlite.h"
 
 namespace ferrox {
@@ -134,6 +135,7 @@ size_t MemoryResponseStore::size() const {
 }
 
 Expected<std::unique_ptr<ResponseStore>> open_response_store(const ResponseStoreOptions& opts) {
+    if (!opts.url.empty()) return open_redis_response_store(opts);
     if (!opts.state_dir.empty()) return open_sqlite_response_store(opts);
     return std::unique_ptr<ResponseStore>(new MemoryResponseStore(opts.max_count, opts.max_bytes, opts.ttl_s));
 }

@@ -7,7 +7,8 @@
 // exist.
 //
 // Two implementations behind one interface: in memory (the default; lost on restart) and
-// SQLite (`--state-dir DIR`: DIR/responses.sqlite3, WAL; response_store_sqlite.*).
+// SQLite (`--state-dir DIR`: DIR/responses.sqlite3, WAL; response_store_sqlite.*), and Redis
+// (`--responses-store redis://HOST:PORT`, shared by replicas; response_store_redis.*).
 //
 // Threading: any thread (each implementation serializes on one mutex).
 
@@ -40,6 +41,7 @@ struct ResponseStoreOptions {
     size_t max_bytes = 64 << 20;
     double ttl_s = 30 * 86400.0;  // <= 0: no expiry
     std::string state_dir;        // not empty: SQLite in state_dir/responses.sqlite3
+    std::string url;              // not empty: redis://HOST:PORT[/DB], shared by replicas
 };
 
 class ResponseStore {
@@ -78,7 +80,7 @@ class MemoryResponseStore final : public ResponseStore {
     double ttl_s_;
 };
 
-// The store the options name: SQLite with a state_dir, else in memory. An error (a directory
+// The store the options name: Redis with a url, SQLite with a state_dir, else in memory. An error (a directory
 // that cannot be made, a damaged database) is one line naming the file.
 Expected<std::unique_ptr<ResponseStore>> open_response_store(const ResponseStoreOptions& opts);
 

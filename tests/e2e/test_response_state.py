@@ -173,3 +173,107 @@ def test_state_dir_that_is_a_file(tmp_path):
     p = run_serve("--state-dir", str(f))
     assert p.returncode > 0
     assert "--state-dir" in p.stdout + p.stderr
+
+
+# Redis (`--responses-store redis://HOST:PORT`): replicas share stored Responses. Debian's
+# redis-server, started by the test on a free port and stopped after.
+import shutil  # noqa: E402
+import socket  # noqa: E402
+
+from conftest import free_port  # noqa: E402
+
+REDIS = shutil.which("redis-server")
+
+
+@pytest.fixture
+def redis(tmp_path):
+    if not REDIS:
+        pytest.skip("redis-server is not installed (Debian package redis-server; scripts/setup.sh --test)")
+    port = free_port()
+    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start")
+    yield f"redis://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_redis_replicas_share_a_chain(redis, script):
+    a = Server("--test-script", script, "--responses-store", redis, "--api-key", "sk-one", "--api-key", "sk-two")
+    b = Server("--test-script", script, "--responses-store", redis + "/0", "--api-key", "sk-one", "--api-key", "sk-two")
+    try:
+        first = client(a, "sk-one").responses.create(model="m", input="think first: two plus two?")
+        # The next turn lands on the other replica.
+        second = client(b, "sk-one").responses.create(model="m", input="Again?", previous_response_id=first.id)
+        assert second.status == "completed"
+        assert second.usage.input_tokens > first.usage.input_tokens
+        assert client(a, "sk-one").responses.retrieve(second.id).output_text == second.output_text
+        items = client(b, "sk-one").responses.input_items.list(first.id)
+        assert [i.content[0].text for i in items.data] == ["think first: two plus two?"]
+        # Another key: 404 everywhere, on either replica.
+        for s in (a, b):
+            with pytest.raises(openai.NotFoundError):
+                client(s, "sk-two").responses.retrieve(first.id)
+            with pytest.raises(openai.NotFoundError):
+                client(s, "sk-two").responses.delete(first.id)
+            with pytest.raises(openai.NotFoundError):
+                client(s, "sk-two").responses.create(model="m", input="x", previous_response_id=first.id)
+        client(b, "sk-one").responses.delete(first.id)
+        with pytest.raises(openai.NotFoundError):
+            client(a, "sk-one").responses.retrieve(first.id)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_redis_survives_a_replica_restart_and_bounds(redis, script):
+    s = Server("--test-script", script, "--responses-store", redis, "--responses-max", "2")
+    try:
+        ids = [client(s).responses.create(model="m", input=f"hi {i}").id for i in range(3)]
+    finally:
+        s.stop()
+    s = Server("--test-script", script, "--responses-store", redis, "--responses-ttl", "1")
+    try:
+        c = client(s)
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(ids[0])
+        assert c.responses.retrieve(ids[2]).id == ids[2]
+        rid = c.responses.create(model="m", input="short-lived").id
+        assert c.responses.retrieve(rid).id == rid
+        time.sleep(1.5)
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(rid)
+    finally:
+        s.stop()
+
+
+def test_redis_unreachable_is_a_startup_error():
+    port = free_port()  # nothing listens there
+    p = run_serve("--responses-store", f"redis://127.0.0.1:{port}")
+    assert p.returncode > 0
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if "redis://" in l]
+    assert len(lines) == 1 and "cannot connect" in lines[0], p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://", "http://127.0.0.1:6379", "redis://127.0.0.1:99999", "redis://:pw@h:1",
+                                 "redis://127.0.0.1:6379/abc", "redis://[::1", ""])
+def test_redis_hostile_urls(url):
+    p = run_serve("--responses-store", url)
+    assert p.returncode > 0, (url, p.stdout, p.stderr)
+    assert "--responses-store" in p.stdout + p.stderr
+
+
+def test_state_dir_and_redis_together_refused(tmp_path):
+    p = run_serve("--state-dir", str(tmp_path), "--responses-store", "redis://127.0.0.1:1")
+    assert p.returncode > 0 and "not both" in p.stdout + p.stderr

@@ -2,6 +2,7 @@
 // (tool calls, reasoning) across a reopen, scopes by owner, bounds count and bytes oldest first
 // and refuses a damaged file; the in-memory one scopes and bounds the same way.
 #include "server/response_store.h"
+#include "server/response_store_redis.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -186,6 +187,32 @@ TEST(ResponseStoreTest, MemoryScopesAndBounds) {
     EXPECT_TRUE(s.erase("c", "k2"));
     EXPECT_NE(key_scope("sk-one"), key_scope("sk-two"));
     EXPECT_EQ(key_scope("sk-one").size(), 64u);
+}
+
+}  // namespace
+}  // namespace ferrox
+
+namespace ferrox {
+namespace {
+
+TEST(ResponseStoreTest, RedisUrls) {
+    std::string host, err;
+    int port = 0, db = 0;
+    EXPECT_TRUE(parse_redis_url("redis://127.0.0.1:6380", &host, &port, &db, &err));
+    EXPECT_EQ(host, "127.0.0.1");
+    EXPECT_EQ(port, 6380);
+    EXPECT_EQ(db, 0);
+    EXPECT_TRUE(parse_redis_url("redis://cache/3", &host, &port, &db, &err));
+    EXPECT_EQ(host, "cache");
+    EXPECT_EQ(port, 6379);
+    EXPECT_EQ(db, 3);
+    EXPECT_TRUE(parse_redis_url("redis://[::1]:7000", &host, &port, &db, &err));
+    EXPECT_EQ(host, "::1");
+    EXPECT_EQ(port, 7000);
+    for (const char* bad : {"redis://", "http://h:1", "redis://h:0", "redis://h:99999", "redis://u:p@h:1",
+                            "redis://h:1/x", "redis://[::1", "redis://h:12a"}) {
+        EXPECT_FALSE(parse_redis_url(bad, &host, &port, &db, &err)) << bad;
+    }
 }
 
 }  // namespace
