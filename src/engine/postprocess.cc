@@ -205,8 +205,11 @@ void Postprocessor::accept_drafts(Sequence& s, int32_t tok, std::span<float> log
     const std::vector<int32_t>& draft = s.spec.draft;
     const int k = static_cast<int>(draft.size());
     int accepted = 0;
+    // The request's own counts, before a token below may end it (its kDone carries them).
+    if (!s.done) s.spec.n_drafted += k;
     while (!s.done && accepted < k && tok == draft[static_cast<size_t>(accepted)]) {
         ++accepted;
+        ++s.spec.n_accepted;
         ++s.n_in_kv;
         tok = next_token(s, logits.data() + static_cast<size_t>(s.spec.draft_row0 + accepted - 1) * n_vocab_, -1);
     }
@@ -337,6 +340,8 @@ void Postprocessor::finish(Sequence& s, FinishReason why, Status error) {
     ev.n_prompt = s.n_prompt;
     ev.n_completion = s.n_generated;
     ev.n_cached = s.n_cached;
+    ev.n_draft = s.spec.n_drafted;
+    ev.n_draft_accepted = s.spec.n_accepted;
     ev.stop_matched = s.stop_matched;
     s.sink(std::move(ev));
 }

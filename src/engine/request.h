@@ -86,6 +86,8 @@ struct EngineEvent {
     FinishReason finish = FinishReason::kStop;
     Status error;  // when finish == kError
     int n_prompt = 0, n_completion = 0, n_cached = 0;
+    // Speculative decoding: draft tokens verified for this request, and those accepted.
+    int n_draft = 0, n_draft_accepted = 0;
     std::string stop_matched;
 };
 

@@ -44,6 +44,8 @@ struct SeqSpec {
     int draft_row0 = 0;          // the logits row of the first
     // Decayed counts of draft tokens verified and accepted: the acceptance estimate.
     double trials = 0, hits = 0;
+    // Draft tokens verified and accepted over the request (kDone's n_draft, n_draft_accepted).
+    int n_drafted = 0, n_accepted = 0;
     // With a draft model: the sequence's KV in the draft model's pool and how many of its
     // leading tokens it holds (tokens[0, d_in_kv); past a rejected draft token it holds no more).
     std::unique_ptr<SeqBlocks> dkv;

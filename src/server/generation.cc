@@ -197,6 +197,8 @@ struct Generation : std::enable_shared_from_this<Generation> {
         end.n_completion = ev.n_completion;
         end.n_prompt = ev.n_prompt;
         end.n_cached = ev.n_cached;
+        end.n_draft = ev.n_draft;
+        end.n_draft_accepted = ev.n_draft_accepted;
         sink->choice_end(*res, i, end);
         if (n_done < static_cast<int>(choices.size())) return;
         CacheMiss miss;

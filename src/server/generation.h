@@ -42,6 +42,7 @@ struct ChoiceEnd {
     std::string stop_word;    // the stop string that ended it ("" for EOS or length)
     int n_completion = 0;
     int n_prompt = 0, n_cached = 0;  // its prompt's tokens, and those reused from the cache
+    int n_draft = 0, n_draft_accepted = 0;  // speculative decoding: draft tokens verified, accepted
 };
 
 class GenerationSink {

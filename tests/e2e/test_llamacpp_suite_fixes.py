@@ -586,3 +586,110 @@ def test_explicit_max_tokens_beyond_the_context_stays_a_400(small_ctx, route, bo
 def test_default_n_predict_with_a_prompt_that_fills_the_context_is_a_400(small_ctx):
     r = httpx.post(small_ctx.base + "/completion", json={"prompt": LONG * 4}, timeout=60)
     assert r.status_code == 400, r.text
+
+
+# --- timings' draft counts --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ngram_srv():
+    s = Server("--spec-type", "ngram-simple")
+    yield s
+    s.stop()
+
+
+def draft_counts_consistent(t):
+    """Both keys or neither (llama-server writes them only when speculation ran), ints, and no
+    more accepted than drafted."""
+    assert ("draft_n" in t) == ("draft_n_accepted" in t), t
+    if "draft_n" in t:
+        assert isinstance(t["draft_n"], int) and isinstance(t["draft_n_accepted"], int)
+        assert 0 <= t["draft_n_accepted"] <= t["draft_n"] and t["draft_n"] > 0
+    return "draft_n" in t
+
+
+def streamed_timings(s, body):
+    import json as _json
+    last = None
+    with httpx.stream("POST", s.base + "/completion", timeout=120, json={**body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                last = line
+    return _json.loads(last[6:])["timings"]
+
+
+# Speculation is priced per step (a draft runs only where it pays on this machine's measured
+# step cost), so a loaded machine may skip it on one try; a repetitive prompt drafts on one of three.
+@pytest.mark.parametrize("stream", [False, True])
+def test_timings_carry_draft_counts_when_speculation_ran(ngram_srv, stream):
+    body = {"prompt": LONG + " " + LONG, "n_predict": 32, "temperature": 0}
+    ran = False
+    for _ in range(3):
+        t = streamed_timings(ngram_srv, body) if stream else completion(ngram_srv, **body)["timings"]
+        if draft_counts_consistent(t):
+            ran = True
+            break
+    assert ran
+
+
+def test_batch_timings_count_each_prompt(ngram_srv):
+    # Two sequences price drafts higher than one (they may not draft at all): each answer's
+    # counts are its own and consistent; a list of one prompt drafts as a single prompt does.
+    r = httpx.post(ngram_srv.base + "/completion", timeout=120,
+                   json={"prompt": [LONG + " " + LONG, "Hi"], "n_predict": 24, "temperature": 0})
+    assert r.status_code == 200, r.text
+    for answer in r.json():
+        draft_counts_consistent(answer["timings"])
+    for _ in range(3):
+        r = httpx.post(ngram_srv.base + "/completion", timeout=120,
+                       json={"prompt": [LONG + " " + LONG], "n_predict": 24, "temperature": 0})
+        assert r.status_code == 200, r.text
+        if draft_counts_consistent(r.json()[0]["timings"]):
+            return
+    pytest.fail("no draft in three tries")
+
+
+def test_no_draft_counts_without_speculation():
+    s = Server("--spec-type", "none")
+    try:
+        t = completion(s, LONG + " " + LONG, n_predict=16)["timings"]
+        assert not draft_counts_consistent(t)
+    finally:
+        s.stop()
+
+
+def test_no_draft_counts_when_nothing_is_generated(ngram_srv):
+    t = completion(ngram_srv, LONG, n_predict=0)["timings"]
+    assert "draft_n" not in t
+
+
+# --- /completion's generation_settings as llama-server's ------------------------------------
+
+LLAMA_SERVER_SETTINGS = {
+    "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
+    "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+    "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta", "stop", "max_tokens", "n_predict",
+    "n_keep", "n_discard", "ignore_eos", "stream", "logit_bias", "n_probs", "min_keep", "chat_format",
+    "reasoning_format", "reasoning_in_content", "generation_prompt", "samplers", "timings_per_token",
+    "post_sampling_probs", "backend_sampling", "lora",
+}
+
+
+def test_generation_settings_have_llama_servers_keys(server):
+    g = completion(server, "Hello", n_predict=3, logit_bias=[[15, -2.5], [16, False]], seed=7)["generation_settings"]
+    assert LLAMA_SERVER_SETTINGS <= set(g), LLAMA_SERVER_SETTINGS - set(g)
+    assert g["max_tokens"] == g["n_predict"] == 3 and g["stream"] is False and g["seed"] == 7
+    assert {"bias": -2.5, "token": 15} in g["logit_bias"]
+    assert {"bias": None, "token": 16} in g["logit_bias"]  # banned: -inf, written null
+    assert g["lora"] == [] and g["n_keep"] == 0
+
+
+def test_streamed_generation_settings_say_stream(server):
+    last = None
+    with httpx.stream("POST", server.base + "/completion", timeout=120,
+                      json={"prompt": "Hello", "n_predict": 2, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                last = line
+    import json as _json
+    assert _json.loads(last[6:])["generation_settings"]["stream"] is True

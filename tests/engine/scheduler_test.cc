@@ -750,6 +750,27 @@ TEST(Scheduler, CeilingRefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
     EXPECT_EQ(fake.error(), "");
 }
 
+// A server default max_tokens (max_tokens_soft, llama-server's -n) that with the prompt exceeds
+// the context is capped to what fits; the request's own stays a refusal.
+TEST(Scheduler, SoftMaxTokensIsCappedToTheContext) {
+    FakeClock clock;
+    auto model = make_fake_model();
+    Tracker tr;
+    auto core = make_core(model, options(2, 64, 8, 64), nullptr, clock);
+    ASSERT_TRUE(core);
+    GenerationParams p = greedy(1000);
+    p.ignore_eos = true;
+    EXPECT_FALSE(core->submit(std::vector<int32_t>(40, 5), p, tr.sink(tr.add())).has_value());
+    p.max_tokens_soft = true;
+    Tracker::Req& r = submit(tr, *core, std::vector<int32_t>(40, 5), p);
+    ASSERT_TRUE(run_idle(*core));
+    EXPECT_EQ(r.done.finish, FinishReason::kLength);
+    EXPECT_EQ(r.done.n_completion, 24);
+    // A prompt of the whole context still has no room for an answer.
+    EXPECT_FALSE(core->submit(std::vector<int32_t>(64, 5), p, tr.sink(tr.add())).has_value());
+    expect_idle(*core);
+}
+
 // Two sequences that fit at admission but not once grown: the newer one is preempted, waits,
 // recomputes (its full blocks from the cache) and still gives its solo answer.
 TEST(Scheduler, PreemptedSequenceContinuesExactly) {
@@ -819,6 +840,10 @@ TEST(Scheduler, DraftModelSkipsOnlyTheSequenceWithAnIdItLacks) {
     EXPECT_GE(st.spec_accepted, 40u);
     EXPECT_LE(st.spec_accepted, 60u);
     EXPECT_EQ(st.spec_accepted, st.spec_drafted);
+    // kDone counts each request's own drafts (llama-server's timings draft_n, draft_n_accepted).
+    EXPECT_EQ(a.done.n_draft, 0);
+    EXPECT_EQ(static_cast<uint64_t>(b.done.n_draft), st.spec_drafted);
+    EXPECT_EQ(static_cast<uint64_t>(b.done.n_draft_accepted), st.spec_accepted);
     expect_idle(*core);
 }
 

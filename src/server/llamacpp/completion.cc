@@ -141,6 +141,27 @@ class CompletionSink final : public GenerationSink {
                          {"n_probs", s_.n_probs},             {"cache_prompt", s_.params.cache_prompt},
                          {"post_sampling_probs", s_.post_sampling_probs}};
         add_sampler_settings(sp, &settings);
+        // The rest of llama-server's generation_settings (task_params::to_json), as this server
+        // has them: no context shift (n_keep, n_discard 0), no LoRA, no chat parsing here.
+        json bias = json::array();
+        for (const auto& [token, b] : sp.logit_bias) {
+            // A banned token (ferrox's -1e30): null, as nlohmann writes llama-server's -INFINITY.
+            const bool banned = !std::isfinite(b) || b <= -1e29f;
+            bias.push_back({{"bias", banned ? json(nullptr) : json(b)}, {"token", token}});
+        }
+        settings["max_tokens"] = s_.params.max_tokens;
+        settings["n_keep"] = 0;
+        settings["n_discard"] = 0;
+        settings["stream"] = stream_;
+        settings["logit_bias"] = std::move(bias);
+        settings["min_keep"] = 0;
+        settings["chat_format"] = "Content-only";
+        settings["reasoning_format"] = "none";
+        settings["reasoning_in_content"] = false;
+        settings["generation_prompt"] = "";
+        settings["timings_per_token"] = false;
+        settings["backend_sampling"] = false;
+        settings["lora"] = json::array();
         json out = {{"index", i},
                     {"content", stream_ ? std::string() : ch.content},
                     {"tokens", stream_ ? json(ch.pending_tokens) : json(s_.return_tokens ? ch.tokens : std::vector<int32_t>{})},
@@ -166,6 +187,10 @@ class CompletionSink final : public GenerationSink {
                       {"predicted_ms", predicted_ms},
                       {"predicted_per_token_ms", n_completion > 0 ? predicted_ms / n_completion : 0.0},
                       {"predicted_per_second", predicted_ms > 0 ? n_completion * 1000.0 / predicted_ms : 0.0}}}};
+        if (ch.end.n_draft > 0) {  // as llama-server: only when speculation ran
+            out["timings"]["draft_n"] = ch.end.n_draft;
+            out["timings"]["draft_n_accepted"] = ch.end.n_draft_accepted;
+        }
         if (s_.n_probs > 0 && !stream_) out["completion_probabilities"] = ch.probs;
         return out;
     }
