@@ -157,21 +157,18 @@ std::string PromptCacheAudit::prometheus() const {
         tokens = missed_tokens_;
     }
     std::string out;
-    char buf[160];
-    out += "# HELP ferrox_prompt_cache_misses_total Turns that re-read more than their new tokens, by reason.\n"
-           "# TYPE ferrox_prompt_cache_misses_total counter\n";
-    for (int i = 0; i < kNumReasons; ++i) {
-        std::snprintf(buf, sizeof buf, "ferrox_prompt_cache_misses_total{reason=\"%s\"} %llu\n", kReasons[i],
-                      static_cast<unsigned long long>(misses[i]));
-        out += buf;
-    }
-    out += "# HELP ferrox_prompt_cache_missed_tokens_total Prompt tokens re-read beyond each turn's new ones, by reason.\n"
-           "# TYPE ferrox_prompt_cache_missed_tokens_total counter\n";
-    for (int i = 0; i < kNumReasons; ++i) {
-        std::snprintf(buf, sizeof buf, "ferrox_prompt_cache_missed_tokens_total{reason=\"%s\"} %llu\n", kReasons[i],
-                      static_cast<unsigned long long>(tokens[i]));
-        out += buf;
-    }
+    const auto family = [&](const char* name, const char* help, const std::array<uint64_t, kNumReasons>& v) {
+        out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+        char buf[160];
+        for (int i = 0; i < kNumReasons; ++i) {
+            std::snprintf(buf, sizeof buf, "%s{reason=\"%s\"} %llu\n", name, kReasons[i],
+                          static_cast<unsigned long long>(v[i]));
+            out += buf;
+        }
+    };
+    family("ferrox_prompt_cache_misses_total", "Turns that re-read more than their new tokens, by reason.", misses);
+    family("ferrox_prompt_cache_missed_tokens_total", "Prompt tokens re-read beyond each turn's new ones, by reason.",
+           tokens);
     return out;
 }
 

@@ -302,19 +302,7 @@ class ChatSink final : public GenerationSink {
     // each entry {token_id: {logprob, rank, decoded_token}} for the token and its alternatives.
     void prompt_logprobs(HttpResponder&, int i, std::span<const TokenLogprob> lps) override {
         if (!prompt_logprobs_ || i != 0) return;
-        for (const TokenLogprob& t : lps) {
-            json entry = json::object();
-            entry[std::to_string(t.token)] = {
-                {"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", model_->token_piece(t.token)}};
-            for (size_t k = 0; k < t.top.size(); ++k) {
-                const std::string key = std::to_string(t.top[k].first);
-                if (entry.contains(key)) continue;
-                entry[key] = {{"logprob", t.top[k].second},
-                              {"rank", static_cast<int>(k) + 1},
-                              {"decoded_token", model_->token_piece(t.top[k].first)}};
-            }
-            prompt_lp_.push_back(std::move(entry));
-        }
+        for (const TokenLogprob& t : lps) prompt_lp_.push_back(vllm_prompt_logprob(t, *model_));
     }
 
     void start(HttpResponder& res) override {

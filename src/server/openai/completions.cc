@@ -72,18 +72,7 @@ class CompletionSink final : public GenerationSink {
                 ch.lp["text_offset"].push_back(ch.echo_offset);
                 ch.echo_offset += static_cast<int64_t>(piece.size());
             }
-            if (o_.prompt_logprobs_field) {
-                json entry = json::object();
-                entry[std::to_string(t.token)] = {{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", piece}};
-                for (size_t k = 0; k < t.top.size(); ++k) {
-                    const std::string key = std::to_string(t.top[k].first);
-                    if (entry.contains(key)) continue;
-                    entry[key] = {{"logprob", t.top[k].second},
-                                  {"rank", static_cast<int>(k) + 1},
-                                  {"decoded_token", model_->token_piece(t.top[k].first)}};
-                }
-                ch.prompt_lp.push_back(entry);
-            }
+            if (o_.prompt_logprobs_field) ch.prompt_lp.push_back(vllm_prompt_logprob(t, *model_));
         }
     }
 
@@ -315,6 +304,19 @@ void route_completions(ServerContext& ctx, RouteRequest& req, std::shared_ptr<Ht
 }
 
 }  // namespace
+
+json vllm_prompt_logprob(const TokenLogprob& t, const ServedModel& model) {
+    json entry = json::object();
+    entry[std::to_string(t.token)] = {{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", model.token_piece(t.token)}};
+    for (size_t k = 0; k < t.top.size(); ++k) {
+        const std::string key = std::to_string(t.top[k].first);
+        if (entry.contains(key)) continue;
+        entry[key] = {{"logprob", t.top[k].second},
+                      {"rank", static_cast<int>(k) + 1},
+                      {"decoded_token", model.token_piece(t.top[k].first)}};
+    }
+    return entry;
+}
 
 bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJob* job, bool* include_usage,
                      ApiError* err) {

@@ -13,7 +13,9 @@
 namespace ferrox {
 
 class Router;
+class ServedModel;
 struct ServerContext;
+struct TokenLogprob;
 struct GenerationJob;
 
 void add_openai_routes(Router& router, ServerContext& ctx);
@@ -32,5 +34,9 @@ bool read_openai_job(ServerContext& ctx, const Fields& f, bool chat, GenerationJ
 
 // An OpenAI call id: "call_" + 24 hex digits.
 std::string openai_call_id();
+
+// One entry of vLLM's prompt_logprobs list: {token_id: {logprob, rank, decoded_token}} for the
+// prompt token and each alternative (an alternative that is the token itself is not repeated).
+json vllm_prompt_logprob(const TokenLogprob& t, const ServedModel& model);
 
 }  // namespace ferrox
